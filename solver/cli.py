@@ -1,0 +1,114 @@
+"""Command line of the solver: `python -m solver <command> …` (the contract the add-on uses).
+
+Commands:
+  demo-rig     write the built-in procedural demo head as a face rig
+  build-model  turn a face rig into a volumetric model
+  demo         demo head → model → pictures, into one folder
+
+Progress goes to stderr as text, or to stdout as one JSON object per line with
+--json (`{"type": "progress"|"result"|"error", ...}`), for programs that drive the solver.
+Bad input exits with status 2 and a message that says what to fix.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+class _Reporter:
+    def __init__(self, as_json: bool):
+        self.as_json = as_json
+
+    def _emit(self, kind, **fields):
+        if self.as_json:
+            print(json.dumps({"type": kind, **fields}), flush=True)
+        else:
+            text = fields.get("message") or json.dumps(fields)
+            print(text if kind == "progress" else f"{kind}: {text}", file=sys.stderr, flush=True)
+
+    def progress(self, message):
+        self._emit("progress", message=message)
+
+    def result(self, **fields):
+        self._emit("result", **fields)
+
+    def error(self, message):
+        self._emit("error", message=message)
+
+
+def _demo_rig(args, report):
+    from .demo_head import make_demo_rig
+    from .rig import save_rig
+    rig = make_demo_rig()
+    save_rig(args.output, rig)
+    report.result(path=str(args.output), vertices=int(len(rig.vertices)), shape_keys=int(len(rig.shape_key_names)),
+                  message=f"wrote {args.output}: {len(rig.vertices)} vertices, {len(rig.shape_key_names)} shape keys")
+
+
+def _build(rig, target_tets, output, report):
+    from .model_builder.builder import BuildOptions, build_model
+    from .model_file import build_info, save_model
+    start = time.perf_counter()
+    model = build_model(rig, BuildOptions(target_tets=target_tets, progress=report.progress))
+    save_model(output, model)
+    info = build_info(model)
+    report.result(path=str(output), tets=info["tet_count"], nodes=info["node_count"],
+                  muscles=len(model["muscle_names"]), seconds=round(time.perf_counter() - start, 2),
+                  message=f"wrote {output}: {info['tet_count']} tets, {info['node_count']} nodes, "
+                          f"{len(model['muscle_names'])} muscles in {time.perf_counter() - start:.1f} s")
+    return model
+
+
+def _build_model(args, report):
+    from .rig import load_rig
+    _build(load_rig(args.rig), args.target_tets, args.output, report)
+
+
+def _demo(args, report):
+    from .demo_head import make_demo_rig
+    from .pictures.views import picture_sheet
+    from .rig import save_rig
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rig = make_demo_rig()
+    save_rig(out / "demo_rig.npz", rig)
+    report.progress(f"demo rig: {len(rig.vertices)} vertices, {len(rig.shape_key_names)} shape keys")
+    model = _build(rig, args.target_tets, out / "demo_model.npz", report)
+    pictures = picture_sheet(model, out)
+    report.result(pictures=[str(p) for p in pictures], message="pictures: " + ", ".join(str(p) for p in pictures))
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="JSON lines on stdout instead of text on stderr")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo_rig = commands.add_parser("demo-rig", help="write the built-in demo head rig")
+    demo_rig.add_argument("-o", "--output", type=Path, required=True)
+    demo_rig.set_defaults(run=_demo_rig)
+    build = commands.add_parser("build-model", help="build a volumetric model from a face rig")
+    build.add_argument("rig", type=Path)
+    build.add_argument("-o", "--output", type=Path, required=True)
+    build.add_argument("--target-tets", type=int, default=35000, help="approximate tet count (default 35000)")
+    build.set_defaults(run=_build_model)
+    demo = commands.add_parser("demo", help="demo head → model → pictures")
+    demo.add_argument("--out", type=Path, default=Path("out/demo"))
+    demo.add_argument("--target-tets", type=int, default=30000)
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    report = _Reporter(args.json)
+    from .model_builder.errors import ModelBuildError
+    from .model_file import ModelFormatError
+    from .rig import RigFormatError
+    try:
+        args.run(args, report)
+    except (RigFormatError, ModelBuildError, ModelFormatError) as error:
+        report.error(str(error))
+        return 2
+    return 0

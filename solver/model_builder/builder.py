@@ -1,0 +1,247 @@
+"""build_model: face rig → simulation-ready volumetric model (a dict of arrays, see model_file)."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from .. import __version__
+from ..geometry import vertex_normals
+from ..model_file import FORMAT_VERSION
+from ..rig import FaceRig, triangulate, validate_rig
+from .attachments import PIN, SLIDE, bone_surface_nodes, split_pin_slide
+from .directions import contraction_frames
+from .embedding import embed_points
+from .errors import ModelBuildError
+from .fractions import muscle_fractions
+from .jaw import build_jaw
+from .landmarks import infer_landmarks
+from .muscles import MusclePlacer
+from .tetmesh import boundary_faces, compact, dihedral_angle_range, mesh_implicit_volume, signed_volumes, tet_quality
+from .tissue import BONE_NAMES, SkinField, build_bone_field, find_cavity_lining
+
+DENSITY_KG_PER_M3 = 1000.0     # 1 g/cm³, soft tissue
+# BCC lattice: 12 tets per cubic cell, so a volume V at spacing h holds about 12 V / h³ tets.
+TETS_PER_CELL = 12
+# Tissue thinner than this fraction of the lattice spacing could fall between lattice
+# samples and leave holes; estimated bones keep at least this much tissue under the skin.
+MIN_TISSUE_DEPTH_FRACTION = 0.6
+
+
+@dataclass
+class BuildOptions:
+    target_tets: int = 35000
+    samples_per_tet: int = 48
+    volume_samples: int = 300_000
+    progress: Optional[Callable[[str], None]] = None
+    timings: dict = field(default_factory=dict)
+
+
+class _Stopwatch:
+    def __init__(self, options):
+        self.options = options
+        self.start = time.perf_counter()
+        self.last = self.start
+
+    def lap(self, stage, message=""):
+        now = time.perf_counter()
+        self.options.timings[stage] = round(now - self.last, 3)
+        self.last = now
+        if self.options.progress:
+            self.options.progress(f"{stage}: {message} ({now - self.start:.1f} s)")
+
+
+class TissueField:
+    """max(skin, bone): negative in the tissue; evaluated and projected in head-frame coordinates."""
+
+    def __init__(self, skin, bones, frame):
+        self.skin, self.bones, self.frame = skin, bones, frame
+
+    def world(self, points):
+        skin_value, hit = self.skin.evaluate(points)
+        bone_value, bone_label, bone_projection = self.bones.evaluate(points)
+        bone_decides = bone_value > skin_value
+        value = np.where(bone_decides, bone_value, skin_value)
+        projection = np.where(bone_decides[:, None], bone_projection, hit.closest)
+        return value, projection, bone_decides, bone_label, skin_value, bone_value
+
+    def __call__(self, local_points):
+        value, projection, *_ = self.world(self.frame.world(local_points))
+        return value, self.frame.local(projection)
+
+    def depth_along(self, starts, directions, step, max_depth):
+        """Distance from each start along its direction until leaving the tissue."""
+        distances = np.arange(1, int(max_depth / step) + 1) * step
+        points = starts[:, None, :] + directions[:, None, :] * distances[None, :, None]
+        value = self.world(points.reshape(-1, 3))[0].reshape(len(starts), -1)
+        outside = value > 0
+        first_out = np.where(outside.any(1), outside.argmax(1), len(distances) - 1)
+        return distances[np.maximum(first_out, 0)]
+
+
+def _local_box(frame, skin_vertices, margin, spacing=None):
+    """Head-frame box around the skin, symmetric about the midplane.
+
+    With a spacing, the box is widened to a whole number of cells each side of the
+    midplane, so the lattice is its own mirror image and left/right muscles are
+    discretised alike.
+    """
+    local = frame.local(skin_vertices)
+    low, high = local.min(0) - margin, local.max(0) + margin
+    half_width = max(abs(low[0]), abs(high[0]))
+    if spacing is not None:
+        half_width = np.ceil(half_width / spacing) * spacing
+    low[0], high[0] = -half_width, half_width
+    return low, high
+
+
+def estimate_volume(field, low, high, samples, seed=11):
+    """Monte-Carlo volume of {field < 0} inside the box [low, high], and its standard error."""
+    rng = np.random.default_rng(seed)
+    points = low + rng.random((samples, 3)) * (high - low)
+    inside = field(points)[0] < 0
+    box = float(np.prod(high - low))
+    p = inside.mean()
+    return box * p, box * np.sqrt(p * (1 - p) / samples)
+
+
+def _spacing_for(volume, target_tets):
+    return (TETS_PER_CELL * volume / max(target_tets, 100)) ** (1.0 / 3.0)
+
+
+def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
+    options = options or BuildOptions()
+    clock = _Stopwatch(options)
+    validate_rig(rig)
+    triangles = triangulate(rig.faces)
+    landmarks = infer_landmarks(rig)
+    frame = landmarks.frame
+    jaw = build_jaw(rig, landmarks)
+    clock.lap("landmarks", f"{len(landmarks.position)} landmarks, jaw hinge by {jaw.method}")
+
+    skin = SkinField(rig.vertices, triangles)
+    cavity = find_cavity_lining(skin, landmarks.scale)
+    low, high = _local_box(frame, rig.vertices, 0.01 * landmarks.scale)
+    coarse_samples = max(options.volume_samples // 5, 20_000)
+    bones, _ = build_bone_field(rig, skin, landmarks, jaw, cavity, min_tissue_depth=0.0)
+    volume, _ = estimate_volume(TissueField(skin, bones, frame), low, high, coarse_samples)
+    if volume <= 0:
+        raise ModelBuildError("the skin encloses no tissue: is the skin inside out or are the bones larger "
+                              "than the head? Check face orientation (normals must point out of the head).")
+    spacing = _spacing_for(volume, options.target_tets)
+    bones, bone_info = build_bone_field(rig, skin, landmarks, jaw, cavity,
+                                        min_tissue_depth=MIN_TISSUE_DEPTH_FRACTION * spacing)
+    tissue = TissueField(skin, bones, frame)
+    volume, volume_error = estimate_volume(tissue, low, high, options.volume_samples)
+    spacing = _spacing_for(volume, options.target_tets)
+    clock.lap("tissue", f"{volume * 1e6:.0f} cm³ of tissue, lattice spacing {spacing * 1e3:.1f} mm")
+
+    low, high = _local_box(frame, rig.vertices, 0.01 * landmarks.scale, spacing)
+    mesh = mesh_implicit_volume(tissue, low, high, spacing, progress=options.progress)
+    nodes = frame.world(mesh.nodes)
+    tets = mesh.tets            # the head frame is a rotation, so orientation is kept
+    volumes = signed_volumes(nodes, tets)
+    if (volumes <= 0).any():
+        raise ModelBuildError(f"{int((volumes <= 0).sum())} tets ended up inverted; please report this rig.")
+    clock.lap("tet mesh", f"{len(tets)} tets, {len(nodes)} nodes")
+
+    # Boundary faces: bone or skin, whichever surface they lie on.
+    faces, _ = boundary_faces(tets)
+    centres = nodes[faces].mean(1)
+    _, _, _, face_bone_label, skin_value, bone_value = tissue.world(centres)
+    face_is_bone = np.abs(bone_value) < np.abs(skin_value)
+    attached, bone_normal = bone_surface_nodes(nodes, faces, face_is_bone)
+    _, _, _, node_bone, _, _ = tissue.world(nodes[attached])
+    kind = split_pin_slide(nodes[attached], node_bone, landmarks)
+    clock.lap("attachments", f"{int((kind == PIN).sum())} pinned, {int((kind == SLIDE).sum())} sliding nodes")
+
+    normals = vertex_normals(rig.vertices, triangles)
+    anchors = dict(landmarks.position)
+    anchors["mouth"] = (landmarks["upper_lip"] + landmarks["lower_lip"]) / 2
+    anchors["condyle_L"], anchors["condyle_R"] = jaw.condyles
+    placer = MusclePlacer(rig.vertices, normals, ~cavity, landmarks, anchors,
+                          lambda starts, directions: tissue.depth_along(starts, directions, 0.0005 * landmarks.scale,
+                                                                        0.045 * landmarks.scale))
+    muscles = placer.place("L") + placer.place("R")
+    muscles.sort(key=lambda m: m.name)
+    fraction, mean_param = muscle_fractions(nodes, tets, muscles, options.samples_per_tet)
+    passive = np.clip(1.0 - fraction.sum(1), 0.0, 1.0)
+    clock.lap("muscles", f"{len(muscles)} muscles, {int((fraction.sum(1) > 0).sum())} tets with muscle")
+
+    def skin_normal_at(points):
+        hit = skin.closest.query(points)
+        direction = hit.closest - points
+        inside = skin.inside(points)
+        direction[~inside] *= -1
+        return direction / np.maximum(np.linalg.norm(direction, axis=1, keepdims=True), 1e-12)
+
+    directions, direction_report = contraction_frames(nodes, tets, fraction, mean_param, muscles, skin_normal_at)
+    clock.lap("directions", "Laplace contraction directions")
+
+    embed_tet, embed_weights, outside = embed_points(nodes, tets, rig.vertices)
+    mass = np.zeros(len(nodes))
+    for k in range(4):
+        np.add.at(mass, tets[:, k], DENSITY_KG_PER_M3 * volumes / 4)
+    clock.lap("embedding", f"skin embedded; farthest vertex {outside.max() * 1e3:.2f} mm outside the tets")
+
+    bone_vertices, bone_triangles, bone_tri_label = _bone_surface(nodes, faces[face_is_bone], face_bone_label[face_is_bone])
+    quality = tet_quality(nodes, tets)
+    min_dihedral, max_dihedral = dihedral_angle_range(nodes, tets)
+    muscle_volume = fraction.T @ volumes
+    info = {
+        "solver_version": __version__,
+        "target_tets": options.target_tets,
+        "lattice_spacing_m": spacing,
+        "tet_count": int(len(tets)), "node_count": int(len(nodes)),
+        "tissue_volume_estimate_m3": volume, "tissue_volume_estimate_stderr_m3": volume_error,
+        "tet_volume_m3": float(volumes.sum()),
+        "quality": {"min": float(quality.min()), "mean": float(quality.mean()),
+                    "min_dihedral_deg": float(min_dihedral.min()), "max_dihedral_deg": float(max_dihedral.max()),
+                    "repaired_tets": mesh.repaired, "dropped_pieces": mesh.dropped_pieces},
+        "bones": bone_info.get("bones"),
+        "cavity_lining_vertices": int(cavity.sum()),
+        "jaw": {"method": jaw.method, "open_angle_deg": jaw.open_angle_deg,
+                "axis_fit_deviation_deg": jaw.axis_fit_deviation_deg},
+        "landmark_sources": landmarks.source,
+        "face_scale": landmarks.scale,
+        "muscle_volume_m3": {m.name: float(v) for m, v in zip(muscles, muscle_volume)},
+        "muscle_direction_method": direction_report,
+        "embedding_max_outside_m": float(outside.max()),
+        "timings_s": options.timings,
+    }
+    model = {
+        "format_version": np.array(FORMAT_VERSION),
+        "rest_positions": nodes, "tets": tets.astype(np.int64), "tet_rest_volume": volumes, "node_mass": mass,
+        "muscle_names": np.array([m.name for m in muscles]),
+        "muscle_fraction": fraction.astype(np.float32), "passive_fraction": passive.astype(np.float32),
+        "muscle_direction": directions,
+        "bone_names": np.array(BONE_NAMES),
+        "pin_nodes": attached[kind == PIN], "pin_bone": node_bone[kind == PIN].astype(np.int64),
+        "slide_nodes": attached[kind == SLIDE], "slide_bone": node_bone[kind == SLIDE].astype(np.int64),
+        "slide_normals": bone_normal[kind == SLIDE],
+        "condyles": jaw.condyles, "jaw_frame": jaw.frame,
+        "head_frame": frame.axes, "head_origin": frame.origin,
+        "skin_vertices": rig.vertices.copy(), "skin_triangles": triangles,
+        "skin_embedding_tet": embed_tet.astype(np.int64), "skin_embedding_weights": embed_weights,
+        "bone_surface_vertices": bone_vertices, "bone_surface_triangles": bone_triangles,
+        "bone_surface_label": bone_tri_label.astype(np.int8),
+        "landmark_names": np.array(sorted(landmarks.position)),
+        "landmark_positions": np.array([landmarks.position[n] for n in sorted(landmarks.position)]),
+    }
+    for prefix in ("upper_teeth", "lower_teeth"):
+        verts = getattr(rig, f"{prefix}_vertices")
+        if verts is not None:
+            model[f"{prefix}_vertices"] = verts
+            model[f"{prefix}_triangles"] = triangulate(getattr(rig, f"{prefix}_faces"))
+    clock.lap("assemble", "done")
+    info["timings_s"] = dict(options.timings)
+    model["build_info"] = np.array(json.dumps(info))
+    return model
+
+
+def _bone_surface(nodes, faces, labels):
+    vertices, triangles, _ = compact(nodes, faces)
+    return vertices, triangles, labels

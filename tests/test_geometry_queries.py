@@ -1,0 +1,390 @@
+"""Winding-number and closest-point queries against brute-force numpy references."""
+import numpy as np
+import pytest
+
+from solver.geometry import (
+    ClosestPointTree,
+    TriangleBVH,
+    WindingNumberTree,
+    triangle_normals_areas,
+    vertex_normals,
+    winding_numbers,
+)
+
+
+# ---------------------------------------------------------------------------
+# Test meshes
+
+
+def icosphere(subdivisions, radius=1.0, centre=(0.0, 0.0, 0.0)):
+    """Closed, outward-oriented unit icosahedron refined by midpoint subdivision."""
+    golden = (1.0 + np.sqrt(5.0)) / 2.0
+    vertices = np.array([
+        [-1, golden, 0], [1, golden, 0], [-1, -golden, 0], [1, -golden, 0],
+        [0, -1, golden], [0, 1, golden], [0, -1, -golden], [0, 1, -golden],
+        [golden, 0, -1], [golden, 0, 1], [-golden, 0, -1], [-golden, 0, 1],
+    ], dtype=float)
+    triangles = np.array([
+        [0, 11, 5], [0, 5, 1], [0, 1, 7], [0, 7, 10], [0, 10, 11],
+        [1, 5, 9], [5, 11, 4], [11, 10, 2], [10, 7, 6], [7, 1, 8],
+        [3, 9, 4], [3, 4, 2], [3, 2, 6], [3, 6, 8], [3, 8, 9],
+        [4, 9, 5], [2, 4, 11], [6, 2, 10], [8, 6, 7], [9, 8, 1],
+    ])
+    vertices /= np.linalg.norm(vertices, axis=1, keepdims=True)
+    for _ in range(subdivisions):
+        edges = np.sort(np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]), axis=1)
+        unique_edges, edge_of = np.unique(edges, axis=0, return_inverse=True)
+        midpoints = vertices[unique_edges].mean(axis=1)
+        midpoints /= np.linalg.norm(midpoints, axis=1, keepdims=True)
+        mid = edge_of.reshape(3, -1).T + len(vertices)  # midpoints of edges 01, 12, 20
+        a, b, c = triangles.T
+        triangles = np.concatenate([
+            np.column_stack([a, mid[:, 0], mid[:, 2]]),
+            np.column_stack([b, mid[:, 1], mid[:, 0]]),
+            np.column_stack([c, mid[:, 2], mid[:, 1]]),
+            mid,
+        ])
+        vertices = np.vstack([vertices, midpoints])
+    return vertices * radius + np.asarray(centre), triangles
+
+
+def upper_hemisphere(rings=12, segments=32):
+    """Open unit hemisphere (z >= 0), outward-oriented, with its rim exactly on z = 0."""
+    polar = np.linspace(0.0, np.pi / 2, rings + 1)[1:]
+    azimuth = np.linspace(0.0, 2 * np.pi, segments, endpoint=False)
+    p, a = np.meshgrid(polar, azimuth, indexing="ij")
+    ring_vertices = np.column_stack([
+        (np.sin(p) * np.cos(a)).ravel(), (np.sin(p) * np.sin(a)).ravel(), np.cos(p).ravel(),
+    ])
+    vertices = np.vstack([[0.0, 0.0, 1.0], ring_vertices])
+    ring = lambda r, s: 1 + r * segments + s % segments  # noqa: E731
+    triangles = [[0, ring(0, s), ring(0, s + 1)] for s in range(segments)]
+    for r in range(rings - 1):
+        for s in range(segments):
+            triangles.append([ring(r, s), ring(r + 1, s), ring(r + 1, s + 1)])
+            triangles.append([ring(r, s), ring(r + 1, s + 1), ring(r, s + 1)])
+    return vertices, np.array(triangles)
+
+
+def random_soup(rng, triangle_count):
+    """Independent random triangles in the unit cube: open, intersecting, unoriented."""
+    vertices = rng.random((3 * triangle_count, 3))
+    return vertices, np.arange(3 * triangle_count).reshape(-1, 3)
+
+
+def perturbed_sphere(rng, subdivisions=3, amplitude=0.05):
+    vertices, triangles = icosphere(subdivisions)
+    return vertices * (1.0 + amplitude * rng.standard_normal((len(vertices), 1))), triangles
+
+
+# ---------------------------------------------------------------------------
+# Brute-force references, vectorised over all (point, triangle) pairs
+
+
+def brute_force_winding(vertices, triangles, points):
+    """Sum of exact solid angles (Van Oosterom–Strackee) over all triangles, / 4π."""
+    corners = vertices[triangles]
+    result = np.empty(len(points))
+    for first in range(0, len(points), 256):
+        batch = points[first:first + 256]
+        rel = corners[None, :, :, :] - batch[:, None, None, :]  # (p, t, 3 corners, 3)
+        a, b, c = rel[:, :, 0], rel[:, :, 1], rel[:, :, 2]
+        la, lb, lc = (np.linalg.norm(x, axis=-1) for x in (a, b, c))
+        numerator = np.einsum("ptk,ptk->pt", a, np.cross(b, c))
+        denominator = (
+            la * lb * lc
+            + np.einsum("ptk,ptk->pt", a, b) * lc
+            + np.einsum("ptk,ptk->pt", a, c) * lb
+            + np.einsum("ptk,ptk->pt", b, c) * la
+        )
+        result[first:first + 256] = (2.0 * np.arctan2(numerator, denominator)).sum(axis=1) / (4.0 * np.pi)
+    return result
+
+
+def segment_distances(points, start, end):
+    """(p, t) distances from every point to every segment start[t]-end[t]."""
+    direction = end - start
+    length_squared = np.einsum("tk,tk->t", direction, direction)
+    offset = points[:, None, :] - start[None, :, :]
+    along = np.einsum("ptk,tk->pt", offset, direction)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(length_squared > 0.0, np.clip(along / length_squared, 0.0, 1.0), 0.0)
+    return np.linalg.norm(offset - t[..., None] * direction[None], axis=-1)
+
+
+def brute_force_distance(vertices, triangles, points):
+    """Distance to every triangle, the minimum of the plane distance (when the foot
+    of the perpendicular falls inside the triangle) and the three edge distances.
+    A different method from the tree's region classification, on purpose."""
+    corners = vertices[triangles]
+    a, b, c = corners[:, 0], corners[:, 1], corners[:, 2]
+    normal = np.cross(b - a, c - a)
+    normal_length = np.linalg.norm(normal, axis=1)
+    usable = normal_length > 1e-12 * np.linalg.norm(b - a, axis=1) * np.linalg.norm(c - a, axis=1)
+    unit_normal = np.zeros_like(normal)
+    unit_normal[usable] = normal[usable] / normal_length[usable, None]
+    distance = np.minimum.reduce([
+        segment_distances(points, a, b), segment_distances(points, b, c), segment_distances(points, c, a),
+    ])
+    height = np.einsum("ptk,tk->pt", points[:, None, :] - a[None], unit_normal)
+    foot = points[:, None, :] - height[..., None] * unit_normal[None]
+    inside = np.ones(height.shape, bool)
+    for start, end in ((a, b), (b, c), (c, a)):
+        inside &= np.einsum("ptk,tk->pt", np.cross(end - start, foot - start[None]), unit_normal) >= 0.0
+    inside &= usable[None]
+    distance[inside] = np.minimum(distance[inside], np.abs(height[inside]))
+    return distance.min(axis=1)
+
+
+def point_triangle_distance(point, corners):
+    return brute_force_distance(corners, np.array([[0, 1, 2]]), point[None])[0]
+
+
+# ---------------------------------------------------------------------------
+# Winding numbers
+
+
+def test_winding_matches_brute_force_on_random_soups_away_from_surface():
+    rng = np.random.default_rng(1)
+    for triangle_count in (1, 7, 60, 400):
+        vertices, triangles = random_soup(rng, triangle_count)
+        points = rng.uniform(-0.5, 1.5, (3000, 3))
+        diagonal = np.linalg.norm(np.ptp(vertices, axis=0))
+        away = brute_force_distance(vertices, triangles, points) > 0.01 * diagonal
+        expected = brute_force_winding(vertices, triangles, points)
+        actual = winding_numbers(vertices, triangles, points)
+        assert np.abs(actual - expected)[away].max() <= 1e-3
+        # Without far-field approximation every triangle is summed exactly.
+        exact = winding_numbers(vertices, triangles, points, accuracy=1e12)
+        np.testing.assert_allclose(exact, expected, rtol=0, atol=1e-10)
+
+
+def test_winding_matches_brute_force_on_perturbed_sphere():
+    rng = np.random.default_rng(2)
+    vertices, triangles = perturbed_sphere(rng)
+    points = rng.uniform(-1.6, 1.6, (4000, 3))
+    diagonal = np.linalg.norm(np.ptp(vertices, axis=0))
+    away = brute_force_distance(vertices, triangles, points) > 0.01 * diagonal
+    error = np.abs(winding_numbers(vertices, triangles, points) - brute_force_winding(vertices, triangles, points))
+    assert error[away].max() <= 1e-3
+
+
+def test_icosphere_is_one_inside_and_zero_outside():
+    rng = np.random.default_rng(3)
+    vertices, triangles = icosphere(3)
+    directions = rng.standard_normal((2000, 3))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    # The inscribed radius of a level-3 icosphere is above 0.99.
+    inside = directions * rng.uniform(0.0, 0.97, (2000, 1))
+    outside = directions * rng.uniform(1.03, 5.0, (2000, 1))
+    tree = WindingNumberTree(vertices, triangles)
+    np.testing.assert_allclose(tree.query(inside), 1.0, atol=1e-3)
+    np.testing.assert_allclose(tree.query(outside), 0.0, atol=1e-3)
+
+
+def test_flipped_orientation_gives_minus_one_inside():
+    vertices, triangles = icosphere(2)
+    flipped = triangles[:, ::-1]
+    points = np.array([[0.0, 0.0, 0.0], [0.3, -0.2, 0.5], [2.0, 0.0, 0.0]])
+    np.testing.assert_allclose(winding_numbers(vertices, flipped, points), [-1.0, -1.0, 0.0], atol=1e-3)
+
+
+def test_open_hemisphere_gives_one_half_at_its_centre():
+    vertices, triangles = upper_hemisphere()
+    np.testing.assert_allclose(winding_numbers(vertices, triangles, np.zeros((1, 3))), [0.5], atol=1e-3)
+
+
+def test_overlapping_spheres_give_two_in_the_overlap():
+    first_vertices, first_triangles = icosphere(3, centre=(-0.5, 0.0, 0.0))
+    second_vertices, second_triangles = icosphere(3, centre=(0.5, 0.0, 0.0))
+    vertices = np.vstack([first_vertices, second_vertices])
+    triangles = np.vstack([first_triangles, second_triangles + len(first_vertices)])
+    points = np.array([[0.0, 0.0, 0.0], [0.0, 0.3, 0.2], [-1.2, 0.0, 0.0], [1.2, 0.1, 0.0], [0.0, 1.5, 0.0]])
+    np.testing.assert_allclose(winding_numbers(vertices, triangles, points), [2, 2, 1, 1, 0], atol=1e-3)
+
+
+def test_winding_tree_is_reusable_and_shares_its_bvh():
+    rng = np.random.default_rng(4)
+    vertices, triangles = perturbed_sphere(rng, subdivisions=2)
+    bvh = TriangleBVH(vertices, triangles, leaf_size=4)
+    points = rng.uniform(-1.5, 1.5, (500, 3))
+    tree = WindingNumberTree.from_bvh(bvh)
+    first = tree.query(points)
+    np.testing.assert_array_equal(tree.query(points), first)
+    np.testing.assert_allclose(first, WindingNumberTree(vertices, triangles).query(points), atol=1e-3)
+    assert ClosestPointTree.from_bvh(bvh).bvh is tree.bvh
+
+
+def test_winding_rejects_divergent_accuracy():
+    vertices, triangles = icosphere(0)
+    with pytest.raises(ValueError, match="accuracy"):
+        winding_numbers(vertices, triangles, np.zeros((1, 3)), accuracy=0.0)
+
+
+# ---------------------------------------------------------------------------
+# Closest points
+
+
+def assert_consistent_closest_points(vertices, triangles, points, result):
+    """Each closest point lies on its reported triangle, at the reported distance,
+    and equals the barycentric combination of that triangle's corners."""
+    assert np.all(result.triangle_index >= 0)
+    corners = vertices[triangles[result.triangle_index]]
+    np.testing.assert_allclose(result.barycentric.sum(axis=1), 1.0, atol=1e-12)
+    assert result.barycentric.min() >= -1e-12
+    scale = np.abs(vertices).max()
+    np.testing.assert_allclose(np.einsum("pc,pck->pk", result.barycentric, corners), result.closest,
+                               rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(np.linalg.norm(points - result.closest, axis=1), result.distance,
+                               rtol=1e-12, atol=1e-14 * scale)
+    own_triangle = np.array([point_triangle_distance(p, c) for p, c in zip(points, corners)])
+    np.testing.assert_allclose(own_triangle, result.distance, rtol=1e-12, atol=1e-14 * scale)
+
+
+@pytest.mark.parametrize("mesh", ["soup", "sphere"])
+def test_closest_points_match_brute_force(mesh):
+    rng = np.random.default_rng(5)
+    if mesh == "soup":
+        vertices, triangles = random_soup(rng, 300)
+    else:
+        vertices, triangles = perturbed_sphere(rng)
+    surface_samples = vertices[triangles[rng.integers(0, len(triangles), 2000)]].mean(axis=1)
+    near = surface_samples + rng.normal(scale=0.02, size=surface_samples.shape)
+    far = rng.uniform(-10.0, 10.0, (1000, 3))
+    points = np.vstack([near, far, rng.uniform(-1.5, 1.5, (1000, 3))])
+    result = ClosestPointTree(vertices, triangles).query(points)
+    np.testing.assert_allclose(result.distance, brute_force_distance(vertices, triangles, points), rtol=1e-12)
+    assert_consistent_closest_points(vertices, triangles, points, result)
+
+
+def test_closest_points_exactly_on_the_surface_have_zero_distance():
+    rng = np.random.default_rng(6)
+    vertices, triangles = perturbed_sphere(rng, subdivisions=2)
+    weights = rng.dirichlet(np.ones(3), 500)
+    on_faces = np.einsum("pc,pck->pk", weights, vertices[triangles[rng.integers(0, len(triangles), 500)]])
+    points = np.vstack([on_faces, vertices])
+    distance, closest, triangle_index, barycentric = ClosestPointTree(vertices, triangles).query(points)
+    assert distance.max() <= 1e-14
+    np.testing.assert_allclose(closest[len(on_faces):], vertices, rtol=0, atol=1e-15)
+
+
+def test_max_distance_limits_the_search():
+    rng = np.random.default_rng(7)
+    vertices, triangles = perturbed_sphere(rng, subdivisions=2)
+    points = rng.uniform(-3.0, 3.0, (2000, 3))
+    tree = ClosestPointTree(vertices, triangles)
+    unbounded = tree.query(points)
+    bounded = tree.query(points, max_distance=0.5)
+    within = unbounded.distance <= 0.5
+    assert 0 < within.sum() < len(points)
+    np.testing.assert_array_equal(bounded.distance[within], unbounded.distance[within])
+    np.testing.assert_array_equal(bounded.triangle_index[within], unbounded.triangle_index[within])
+    assert np.all(np.isinf(bounded.distance[~within]))
+    assert np.all(bounded.triangle_index[~within] == -1)
+    assert np.all(np.isnan(bounded.closest[~within])) and np.all(np.isnan(bounded.barycentric[~within]))
+    # The bound is inclusive.
+    exact_bound = tree.query(points[:1], max_distance=unbounded.distance[0])
+    assert exact_bound.triangle_index[0] == unbounded.triangle_index[0]
+
+
+def test_empty_mesh_finds_nothing_and_winds_zero():
+    vertices = np.zeros((0, 3))
+    triangles = np.zeros((0, 3), int)
+    points = np.ones((4, 3))
+    result = ClosestPointTree(vertices, triangles).query(points)
+    assert np.all(np.isinf(result.distance)) and np.all(result.triangle_index == -1)
+    np.testing.assert_array_equal(winding_numbers(vertices, triangles, points), 0.0)
+
+
+# ---------------------------------------------------------------------------
+# Degenerate input
+
+
+def mesh_with_degenerate_triangles():
+    """A sphere plus collapsed triangles: repeated corners, a point, collinear corners."""
+    vertices, triangles = icosphere(2)
+    extra = np.array([[0.2, 0.1, 0.0], [0.4, 0.3, 0.0], [0.6, 0.5, 0.0], [1.5, 1.5, 1.5]])
+    offset = len(vertices)
+    vertices = np.vstack([vertices, extra])
+    degenerate = np.array([
+        [offset, offset, offset + 1],          # repeated corner: a segment
+        [offset + 3, offset + 3, offset + 3],  # a single point
+        [offset, offset + 1, offset + 2],      # collinear corners
+        [offset + 2, offset, offset + 1],      # collinear, middle corner last
+        [0, 0, 0],                             # collapsed onto a sphere vertex
+    ])
+    return vertices, np.vstack([triangles, degenerate]), extra
+
+
+def test_degenerate_triangles_produce_no_nan():
+    rng = np.random.default_rng(8)
+    vertices, triangles, extra = mesh_with_degenerate_triangles()
+    points = np.vstack([
+        rng.uniform(-2.0, 2.0, (2000, 3)),
+        vertices,                             # on every corner, degenerate ones included
+        [0.5 * (extra[0] + extra[1])],        # on a degenerate segment
+        [[0.3, 0.2, 0.0], [0.5, 0.4, 1e-9]],  # on and next to the collinear triangles
+    ])
+    winding = winding_numbers(vertices, triangles, points)
+    assert np.all(np.isfinite(winding))
+    result = ClosestPointTree(vertices, triangles).query(points)
+    for values in result:
+        assert np.all(np.isfinite(values))
+    np.testing.assert_allclose(result.distance, brute_force_distance(vertices, triangles, points),
+                               rtol=1e-12, atol=1e-15)
+    assert_consistent_closest_points(vertices, triangles, points, result)
+
+
+def test_degenerate_triangles_do_not_change_winding_away_from_them():
+    rng = np.random.default_rng(9)
+    vertices, triangles, _ = mesh_with_degenerate_triangles()
+    sphere_only = triangles[:-5]
+    points = rng.uniform(-0.5, 0.5, (500, 3)) * [1, 1, 0] + [0, 0, 0.4]
+    # Summed exactly, zero-area triangles contribute nothing ...
+    np.testing.assert_allclose(winding_numbers(vertices, triangles, points, accuracy=1e12),
+                               winding_numbers(vertices, sphere_only, points, accuracy=1e12), atol=1e-12)
+    # ... and their zero moments leave the far-field expansions intact.
+    np.testing.assert_allclose(winding_numbers(vertices, triangles, points), 1.0, atol=1e-3)
+
+
+def test_winding_on_the_surface_is_finite():
+    vertices, triangles = icosphere(2)
+    corners = vertices[triangles]
+    points = np.vstack([vertices, corners.mean(axis=1), 0.5 * (corners[:, 0] + corners[:, 1])])
+    assert np.all(np.isfinite(winding_numbers(vertices, triangles, points)))
+
+
+# ---------------------------------------------------------------------------
+# Normals and areas
+
+
+def test_triangle_normals_areas_and_vertex_normals():
+    vertices, triangles = icosphere(3)
+    normals, areas = triangle_normals_areas(vertices, triangles)
+    np.testing.assert_allclose(np.linalg.norm(normals, axis=1), 1.0)
+    centroids = vertices[triangles].mean(axis=1)
+    assert np.all(np.einsum("tk,tk->t", normals, centroids) > 0)  # outward
+    assert abs(areas.sum() - 4 * np.pi) < 0.02 * 4 * np.pi
+    np.testing.assert_allclose(vertex_normals(vertices, triangles), vertices, atol=2e-3)
+    right_triangle = np.array([[0, 0, 0], [2, 0, 0], [0, 3, 0]], float)
+    normals, areas = triangle_normals_areas(right_triangle, [[0, 1, 2]])
+    np.testing.assert_allclose(normals, [[0, 0, 1]])
+    np.testing.assert_allclose(areas, [3.0])
+
+
+def test_normals_of_degenerate_and_unused_geometry_are_zero_not_nan():
+    vertices = np.array([[0, 0, 0], [1, 0, 0], [2, 0, 0], [5, 5, 5]], float)
+    normals, areas = triangle_normals_areas(vertices, [[0, 1, 2], [1, 1, 1]])
+    np.testing.assert_array_equal(normals, 0.0)
+    np.testing.assert_array_equal(areas, 0.0)
+    np.testing.assert_array_equal(vertex_normals(vertices, [[0, 1, 2]]), 0.0)
+
+
+def test_malformed_input_is_rejected():
+    vertices, triangles = icosphere(0)
+    with pytest.raises(ValueError, match="triangle indices"):
+        ClosestPointTree(vertices, triangles + 1)
+    with pytest.raises(ValueError, match="shape"):
+        WindingNumberTree(vertices[:, :2], triangles)
+    with pytest.raises(ValueError, match="points"):
+        ClosestPointTree(vertices, triangles).query(np.zeros(3))
