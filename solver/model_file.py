@@ -49,13 +49,29 @@ def validate_model(model: dict) -> None:
         if kind == "f" and not np.all(np.isfinite(value)):
             raise ModelFormatError(f"{key}: contains NaN or infinite values.")
     version = int(model["format_version"])
+    if version < 1:
+        raise ModelFormatError(f"format_version: {version} is not a valid version (versions start at 1).")
     if version > FORMAT_VERSION:
         raise ModelFormatError(f"format_version: the model is version {version}, this solver reads up to "
                                f"{FORMAT_VERSION}. Update the solver.")
     nodes, tets = model["rest_positions"], model["tets"]
     m = len(tets)
+
+    def indexes(values, count):
+        return values.size == 0 or (values.min() >= 0 and values.max() < count)
+
     checks = {
-        "tets": tets.shape[1:] == (4,) and (tets.size == 0 or (tets.min() >= 0 and tets.max() < len(nodes))),
+        "rest_positions": nodes.shape[1:] == (3,),
+        "tets": tets.shape[1:] == (4,) and indexes(tets, len(nodes)),
+        "pin_nodes": indexes(model["pin_nodes"], len(nodes)),
+        "slide_nodes": indexes(model["slide_nodes"], len(nodes)),
+        "skin_triangles": model["skin_triangles"].shape[1:] == (3,)
+        and indexes(model["skin_triangles"], len(model["skin_vertices"])),
+        "bone_surface_triangles": model["bone_surface_triangles"].shape[1:] == (3,)
+        and indexes(model["bone_surface_triangles"], len(model["bone_surface_vertices"])),
+        "bone_surface_label": model["bone_surface_label"].shape == (len(model["bone_surface_triangles"]),)
+        and indexes(model["bone_surface_label"], len(model["bone_names"])),
+        "landmark_positions": model["landmark_positions"].shape == (len(model["landmark_names"]), 3),
         "tet_rest_volume": model["tet_rest_volume"].shape == (m,),
         "node_mass": model["node_mass"].shape == (len(nodes),),
         "muscle_fraction": model["muscle_fraction"].shape == (m, len(model["muscle_names"])),
@@ -63,8 +79,11 @@ def validate_model(model: dict) -> None:
         "muscle_direction": model["muscle_direction"].shape == (m, 3, 3),
         "skin_embedding_weights": model["skin_embedding_weights"].shape == (len(model["skin_vertices"]), 4),
         "skin_embedding_tet": model["skin_embedding_tet"].shape == (len(model["skin_vertices"]),)
-        and (model["skin_embedding_tet"].max(initial=0) < m),
-        "pin_bone": model["pin_bone"].shape == model["pin_nodes"].shape,
+        and indexes(model["skin_embedding_tet"], m),
+        "pin_bone": model["pin_bone"].shape == model["pin_nodes"].shape
+        and indexes(model["pin_bone"], len(model["bone_names"])),
+        "slide_bone": model["slide_bone"].shape == model["slide_nodes"].shape
+        and indexes(model["slide_bone"], len(model["bone_names"])),
         "slide_normals": model["slide_normals"].shape == (len(model["slide_nodes"]), 3),
     }
     for key, ok in checks.items():
@@ -92,12 +111,13 @@ def save_model(path, model: dict) -> None:
 def load_model(path) -> dict:
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
+        # The file is opened here, not by np.load, so it is closed even when the archive is damaged.
+        with open(path, "rb") as stream, np.load(stream, allow_pickle=False) as data:
             model = {key: data[key] for key in data.files}
     except FileNotFoundError:
         raise ModelFormatError(f"{path}: no such model file. Build one with `python -m solver build-model`.") from None
-    except (zipfile.BadZipFile, OSError, ValueError) as error:
-        raise ModelFormatError(f"{path}: not a readable model file ({error}).") from None
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
+        raise ModelFormatError(f"{path}: not a readable model file, or a damaged one ({error}). Rebuild it.") from None
     validate_model(model)
     return model
 

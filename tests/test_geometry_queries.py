@@ -161,12 +161,30 @@ def test_winding_matches_brute_force_on_random_soups_away_from_surface():
 
 def test_winding_matches_brute_force_on_perturbed_sphere():
     rng = np.random.default_rng(2)
-    vertices, triangles = perturbed_sphere(rng)
+    vertices, triangles = perturbed_sphere(rng, amplitude=0.02)
     points = rng.uniform(-1.6, 1.6, (4000, 3))
     diagonal = np.linalg.norm(np.ptp(vertices, axis=0))
     away = brute_force_distance(vertices, triangles, points) > 0.01 * diagonal
     error = np.abs(winding_numbers(vertices, triangles, points) - brute_force_winding(vertices, triangles, points))
     assert error[away].max() <= 1e-3
+
+
+def test_far_field_error_falls_like_the_cube_of_radius_over_distance():
+    # With accuracy near 0 the single triangle is always taken from its expansion,
+    # whose relative error must shrink 8x per doubling of the distance (absolute 32x);
+    # a wrong second-order coefficient would leave it at 16x.
+    rng = np.random.default_rng(10)
+    vertices = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.3, 0.8, 0.1]])
+    triangles = np.array([[0, 1, 2]])
+    directions = rng.standard_normal((200, 3))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    errors = []
+    for distance in (4.0, 8.0, 16.0):
+        points = vertices.mean(axis=0) + distance * directions
+        approximate = winding_numbers(vertices, triangles, points, accuracy=1e-3)
+        errors.append(np.abs(approximate - brute_force_winding(vertices, triangles, points)).max())
+    ratios = np.array(errors[:-1]) / np.array(errors[1:])
+    assert np.all((ratios > 24) & (ratios < 40))
 
 
 def test_icosphere_is_one_inside_and_zero_outside():
@@ -253,7 +271,10 @@ def test_closest_points_match_brute_force(mesh):
     far = rng.uniform(-10.0, 10.0, (1000, 3))
     points = np.vstack([near, far, rng.uniform(-1.5, 1.5, (1000, 3))])
     result = ClosestPointTree(vertices, triangles).query(points)
-    np.testing.assert_allclose(result.distance, brute_force_distance(vertices, triangles, points), rtol=1e-12)
+    # Relative 1e-12, except that two exact methods may differ by a few ulps of the
+    # coordinates (~1e-16 here), which dominates for points within ~1e-4 of the surface.
+    np.testing.assert_allclose(result.distance, brute_force_distance(vertices, triangles, points),
+                               rtol=1e-12, atol=1e-14)
     assert_consistent_closest_points(vertices, triangles, points, result)
 
 
@@ -263,7 +284,7 @@ def test_closest_points_exactly_on_the_surface_have_zero_distance():
     weights = rng.dirichlet(np.ones(3), 500)
     on_faces = np.einsum("pc,pck->pk", weights, vertices[triangles[rng.integers(0, len(triangles), 500)]])
     points = np.vstack([on_faces, vertices])
-    distance, closest, triangle_index, barycentric = ClosestPointTree(vertices, triangles).query(points)
+    distance, closest, _, _ = ClosestPointTree(vertices, triangles).query(points)
     assert distance.max() <= 1e-14
     np.testing.assert_allclose(closest[len(on_faces):], vertices, rtol=0, atol=1e-15)
 
@@ -354,6 +375,15 @@ def test_winding_on_the_surface_is_finite():
     assert np.all(np.isfinite(winding_numbers(vertices, triangles, points)))
 
 
+def test_points_far_away_give_finite_results():
+    vertices, triangles = icosphere(2)
+    points = np.array([[1e6, 0.0, 0.0], [0.0, -1e9, 3e8], [1e-300, 0.0, 0.0]])
+    winding = winding_numbers(vertices, triangles, points)
+    np.testing.assert_allclose(winding, [0.0, 0.0, 1.0], atol=1e-3)
+    result = ClosestPointTree(vertices, triangles).query(points)
+    assert np.all(np.isfinite(result.distance)) and np.all(np.isfinite(result.closest))
+
+
 # ---------------------------------------------------------------------------
 # Normals and areas
 
@@ -365,7 +395,13 @@ def test_triangle_normals_areas_and_vertex_normals():
     centroids = vertices[triangles].mean(axis=1)
     assert np.all(np.einsum("tk,tk->t", normals, centroids) > 0)  # outward
     assert abs(areas.sum() - 4 * np.pi) < 0.02 * 4 * np.pi
-    np.testing.assert_allclose(vertex_normals(vertices, triangles), vertices, atol=2e-3)
+    unit = vertex_normals(vertices, triangles)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0)
+    assert np.einsum("vk,vk->v", unit, vertices).min() > 0.999  # close to radial
+    # On the icosahedron every vertex sees the same fan, so the normal is exactly radial.
+    icosahedron_vertices, icosahedron_triangles = icosphere(0)
+    np.testing.assert_allclose(vertex_normals(icosahedron_vertices, icosahedron_triangles), icosahedron_vertices,
+                               atol=1e-12)
     right_triangle = np.array([[0, 0, 0], [2, 0, 0], [0, 3, 0]], float)
     normals, areas = triangle_normals_areas(right_triangle, [[0, 1, 2]])
     np.testing.assert_allclose(normals, [[0, 0, 1]])

@@ -18,8 +18,8 @@ Splitting is at the median centroid along the longest axis of the node's centroi
 bounds, which keeps the tree balanced (depth ``ceil(log2(t / leaf_size))``), so
 traversal stacks can be sized exactly from ``max_depth``.
 
-The build is vectorised numpy (no compile step) and takes a few tens of
-milliseconds for 30k triangles.
+The build is vectorised numpy (no compile step) and takes about 70 ms for 30k
+triangles.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from .mesh_ops import as_triangle_mesh
 
-DEFAULT_LEAF_SIZE = 8
+DEFAULT_LEAF_SIZE = 4
 
 
 def _segment_slots(start, stop):

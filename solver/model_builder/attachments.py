@@ -3,8 +3,8 @@
 Every tet node on a bone surface is attached to that bone, either pinned (moves rigidly
 with it) or sliding (stays on the bone's tangent plane). Default split, by region of the
 head frame — the regions where real soft tissue glides over bone slide:
-* forehead and scalp (from just below the brows up and back): slide — the brow raise
-  of Fig. 5 moves the forehead skin over the cranium;
+* forehead and scalp (from just below the brows up, and everything behind the ears):
+  slide — the brow raise of Fig. 5 moves the forehead skin over the cranium;
 * the cheek over the zygoma, lateral of the eyes between the eye and mouth heights: slide;
 * the neck core: slide;
 * everything else on the skull (nose bridge, orbital rims, maxilla, around the upper
@@ -33,7 +33,7 @@ def bone_surface_nodes(nodes, faces, face_is_bone):
     return attached, bone_normal
 
 
-def split_pin_slide(positions, bone_label, landmarks):
+def split_pin_slide(positions, bone_label, landmarks, condyles):
     """PIN or SLIDE per attached node, by the documented default regions."""
     frame = landmarks.frame
     local = frame.local(positions)
@@ -46,5 +46,6 @@ def split_pin_slide(positions, bone_label, landmarks):
     forehead_scalp = local[:, 1] > brow_y - 0.005 * s
     zygoma = (np.abs(local[:, 0]) > eye_x + 0.008 * s) & (local[:, 1] < eye["L"][1]) & (local[:, 1] > mouth_y + 0.01 * s)
     neck = local[:, 1] < menton_y - 0.01 * s
-    slide = (forehead_scalp | zygoma | neck) & (bone_label != JAW)
+    behind_ears = local[:, 2] < frame.local(condyles).mean(0)[2] - 0.01 * s
+    slide = (forehead_scalp | zygoma | neck | behind_ears) & (bone_label != JAW)
     return np.where(slide, SLIDE, PIN).astype(np.int8)

@@ -78,14 +78,18 @@ def contraction_frames(nodes, tets, fraction, mean_param, muscles, skin_normal_a
     normal = skin_normal_at(centroids)
     missing = ~np.isfinite(direction).all(1)
     # Passive tets (and any tet whose field vanished) get a frame too, so Q is always a rotation.
-    fallback = np.cross(normal, [0.0, 0.0, 1.0])
-    fallback[np.linalg.norm(fallback, axis=1) < 1e-6] = [1.0, 0.0, 0.0]
-    direction[missing] = fallback[missing]
+    direction[missing] = _perpendicular(normal[missing])
     first = direction / np.linalg.norm(direction, axis=1, keepdims=True)
     second = normal - (normal * first).sum(1, keepdims=True) * first
-    degenerate = np.linalg.norm(second, axis=1) < 1e-6
-    second[degenerate] = np.cross(first[degenerate], [0.0, 1.0, 0.0])
-    second[np.linalg.norm(second, axis=1) < 1e-6] = np.cross(first[np.linalg.norm(second, axis=1) < 1e-6], [1.0, 0.0, 0.0])
+    parallel = np.linalg.norm(second, axis=1) < 1e-6
+    second[parallel] = _perpendicular(first[parallel])
     second /= np.linalg.norm(second, axis=1, keepdims=True)
     third = np.cross(first, second)
     return np.stack([first, second, third], axis=2), report
+
+
+def _perpendicular(vectors):
+    """A unit vector perpendicular to each row (crossed with the axis it is least aligned with)."""
+    axis = np.eye(3)[np.argmin(np.abs(vectors), axis=1)]
+    result = np.cross(vectors, axis)
+    return result / np.maximum(np.linalg.norm(result, axis=1, keepdims=True), 1e-300)

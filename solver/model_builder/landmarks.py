@@ -116,8 +116,8 @@ def infer_head_frame(rig) -> HeadFrame:
     else:
         raise ModelBuildError(
             "cannot tell left from right: the rig needs the ARKit shape keys mouthSmile_L and "
-            "mouthSmile_R (or landmarks mouth_corner_L/_R). Rename your shape keys to ARKit "
-            "names or add landmarks.")
+            "mouthSmile_R (or mouthStretch_L/R, mouthDimple_L/R, or landmarks mouth_corner_L/_R). "
+            "Rename your shape keys to ARKit names or add landmarks.")
     left = _unit(corner_l - corner_r)
 
     # Brow raises and lid closes move skin almost exactly along the vertical; jawOpen swings
@@ -203,9 +203,20 @@ def infer_landmarks(rig, frame: HeadFrame | None = None) -> Landmarks:
     jaw_moving = jaw_motion > 0.3 * jaw_motion.max() if jaw_motion.max() > 0 else np.zeros(len(x), bool)
 
     def most(score, mask, name, how):
-        if mask.any():
-            candidates = np.flatnonzero(mask)
-            put(name, candidates[np.argmax(score[candidates])], how)
+        """The best-scoring vertex, moved onto the midline when the pick is a midline landmark.
+
+        The midline band is a few mm wide so that coarse meshes have vertices in it, which
+        lets the raw pick sit off-centre; a mirror-symmetric face wants it on the midplane.
+        """
+        if not mask.any():
+            return
+        candidates = np.flatnonzero(mask)
+        pick = candidates[np.argmax(score[candidates])]
+        if midline[pick]:
+            nearby = np.flatnonzero(midline & (np.linalg.norm(local[:, 1:] - local[pick, 1:], axis=1)
+                                               < 0.1 * face_height))
+            pick = nearby[np.argmin(np.abs(x[nearby]) - 1e-3 * score[nearby] / max(np.ptp(score), 1e-12))]
+        put(name, pick, how)
 
     band = midline & (np.abs(y - corners_y) < 0.25 * face_height)
     most(z, band & ~jaw_moving, "upper_lip", "most forward midline point at mouth height, static in jawOpen")

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..geometry.mesh_ops import first_ray_hits
+
 FRONT, SIDE = "front", "side"
+NORMAL_RADIUS_MM = 8.0
 
 
 @dataclass
@@ -65,8 +68,8 @@ def _spec():
                                                    ("mouth_corner", (-13, 10, 0), FRONT, 0.45, 3, 1.5)]],
         "levator_anguli_oris": [[("eye", (-4, -30, 0), FRONT, 0.8, 4, 2.0),
                                  ("mouth_corner", (2, 5, 0), FRONT, 0.6, 3.5, 2.0)]],
-        "risorius": [[("mouth_corner", (40, 2, 0), SIDE, 0.4, 4, 1.5), ("mouth_corner", (4, 0, 0), FRONT, 0.4, 3, 1.5)]],
-        "buccinator": [[("mouth_corner", (26, 0, 0), SIDE, 0.85, 9, 2.5), ("mouth_corner", (6, 0, 0), FRONT, 0.8, 6, 2.5)]],
+        "risorius": [[("mouth_corner", (0, 2, -38), SIDE, 0.4, 4, 1.5), ("mouth_corner", (6, 1, 0), FRONT, 0.4, 3, 1.5)]],
+        "buccinator": [[("mouth_corner", (0, 0, -30), SIDE, 0.85, 9, 2.5), ("mouth_corner", (8, 0, 0), FRONT, 0.8, 6, 2.5)]],
         "depressor_anguli_oris": [[("mouth_corner", (3, -3, 0), FRONT, 0.45, 4, 1.8),
                                    ("mouth_corner", (10, -28, 0), FRONT, 0.45, 8, 1.8)]],
         "depressor_labii_inferioris": [[("mouth_corner", (-10, -9, 0), FRONT, 0.5, 5, 1.8),
@@ -75,7 +78,7 @@ def _spec():
         "nasalis": [[("ala", (0, 4, 0), FRONT, 0.5, 3, 1.2), ("nose_tip", (4, 14, 0), FRONT, 0.5, 3, 1.2)]],
         "masseter": [[("condyle", (0, -8, 20), SIDE, 0.6, 11, 5.0), ("gonion", (0, 6, 14), SIDE, 0.6, 12, 5.0)]],
         "platysma": [[("mouth_corner", (14, -32, 0), FRONT, 0.4, 14, 1.5),
-                      ("neck_front", (38, 20, 0), SIDE, 0.3, 18, 1.5)]],
+                      ("menton", (38, -50, 0), SIDE, 0.3, 18, 1.5)]],
     }
 
 
@@ -94,12 +97,12 @@ def atlas_muscle_names():
 class MusclePlacer:
     """Projects atlas knots onto a particular face and sinks them into its tissue."""
 
-    def __init__(self, skin_vertices, skin_normals, outer_vertex, landmarks, anchors, tissue_depth):
+    def __init__(self, skin_vertices, skin_triangles, skin_normals, outer_vertex, landmarks, anchors, tissue_depth):
         self.frame = landmarks.frame
-        self.local = self.frame.local(skin_vertices)
         self.vertices = skin_vertices
         self.normals = skin_normals
         self.outer = outer_vertex
+        self.triangles = skin_triangles
         self.landmarks = landmarks
         self.anchors = anchors                  # name -> world point
         self.tissue_depth = tissue_depth        # callable(points, inward directions) -> depth
@@ -118,22 +121,35 @@ class MusclePlacer:
         return self.frame.local(np.mean(points, axis=0)[None])[0]
 
     def _project(self, target, projection, sign):
-        """Outermost outer-skin vertex seen from the front (or the side) at the target."""
-        radius = 0.006 * self.scale
-        candidates = np.flatnonzero(self.outer)
-        local = self.local[candidates]
-        if projection == FRONT:
-            planar = np.linalg.norm(local[:, :2] - target[:2], axis=1)
-            height = local[:, 2]
-        else:
-            planar = np.linalg.norm(local[:, 1:] - target[1:], axis=1)
-            height = sign * local[:, 0]
-        near = planar < radius
-        while not near.any():
-            radius *= 2
-            near = planar < radius
-        pick = np.flatnonzero(near)
-        return candidates[pick[np.argmax(height[pick])]]
+        """Where a ray from outside the face, through the target, first meets the outer skin.
+
+        Returns (point, outward unit normal). A ray keeps the target's left/right position,
+        unlike picking the most prominent vertex nearby, which drifts onto ridges (the nose).
+        """
+        axis = self.frame.forward if projection == FRONT else sign * self.frame.left
+        world_target = self.frame.world(target[None])[0]
+        origin = world_target + axis * 0.5 * self.scale
+        # Cast against the whole skin, so a ray cannot slip through the mouth slit; a ray
+        # that meets a cavity lining first (or nothing) takes the nearest outer vertex.
+        _, triangle, weights = first_ray_hits(self.vertices, self.triangles, origin[None], -axis)
+        if triangle[0] < 0 or not self.outer[self.triangles[triangle[0]]].all():
+            nearest = np.flatnonzero(self.outer)[np.argmin(
+                np.linalg.norm(self.vertices[self.outer] - world_target, axis=1))]
+            return self.vertices[nearest], self._smoothed_normal(self.vertices[nearest])
+        point = weights[0] @ self.vertices[self.triangles[triangle[0]]]
+        return point, self._smoothed_normal(point)
+
+    def _smoothed_normal(self, point):
+        """Outward normal averaged over the outer skin within NORMAL_RADIUS_MM of the point.
+
+        A muscle is broader than the skin's detail: on a narrow ridge (the nose bridge) the
+        vertex normal swings sideways and would sink the muscle across the midline.
+        """
+        near = self.outer & (np.linalg.norm(self.vertices - point, axis=1) < NORMAL_RADIUS_MM * 1e-3 * self.scale)
+        if not near.any():
+            near = self.outer & (np.arange(len(self.vertices)) == np.argmin(np.linalg.norm(self.vertices - point, axis=1)))
+        normal = self.normals[near].sum(0)
+        return normal / np.linalg.norm(normal)
 
     def place(self, side) -> list:
         sign = 1.0 if side == "L" else -1.0
@@ -141,15 +157,15 @@ class MusclePlacer:
         for base, paths in _spec().items():
             placed = []
             for knots in paths:
-                vertex_ids, fractions, widths, thicknesses = [], [], [], []
+                surface, fractions, widths, thicknesses = [], [], [], []
                 for anchor, offset, projection, fraction, width, thickness in knots:
                     target = self._anchor(anchor, side) + np.array(offset) * 1e-3 * self.scale * [sign, 1, 1]
-                    vertex_ids.append(self._project(target, projection, sign))
+                    surface.append(self._project(target, projection, sign))
                     fractions.append(fraction)
                     widths.append(width)
                     thicknesses.append(thickness)
-                skin_points = self.vertices[vertex_ids]
-                normals = self.normals[vertex_ids]
+                skin_points = np.array([point for point, _ in surface])
+                normals = np.array([normal for _, normal in surface])
                 depth = self.tissue_depth(skin_points, -normals)
                 half_thickness = np.minimum(np.array(thicknesses) * 1e-3 * self.scale, 0.4 * depth)
                 centre_depth = np.maximum(np.array(fractions) * depth, half_thickness)

@@ -25,11 +25,12 @@ from scipy.sparse.csgraph import connected_components
 
 # Nodes inside the tissue closer than this fraction of the lattice spacing to the
 # boundary are moved onto it.
-WARP_FRACTION = 0.25
+WARP_FRACTION = 0.3
 # Tets below this quality (1 = regular, BCC lattice tets ≈ 0.8) are repaired; 0.2 keeps every
 # dihedral angle above ~10° while the boundary stays within 0.5% of the true volume (ICT face).
 MIN_QUALITY = 0.2
 REPAIR_ROUNDS = 6
+MIN_CORNERS_INSIDE = 2
 
 
 @dataclass
@@ -153,7 +154,7 @@ def mesh_implicit_volume(field, lower, upper, spacing, progress=None) -> TetMesh
     centre_value = np.full(len(tets), -1.0)
     boundary = ~deep_inside
     centre_value[boundary] = field(centroids[boundary])[0]
-    keep = (centre_value < 0) | ((corner_value < 0).sum(1) >= 2)
+    keep = (centre_value < 0) | ((corner_value < 0).sum(1) >= MIN_CORNERS_INSIDE)
     tets = tets[keep]
     progress(f"classified: {len(tets)} tets touch the tissue")
 

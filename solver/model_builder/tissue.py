@@ -55,6 +55,8 @@ NECK_CORE_DEPTH_MM = 25.0
 CAVITY_LINING_MM = 3.0
 # Gum tissue held rigidly around supplied teeth.
 TEETH_SOCKET_MM = 3.0
+# Estimated bone this close to supplied teeth is the alveolar bone of those teeth.
+ALVEOLAR_REACH_MM = 20.0
 # Sample distances along a vertex normal that decide whether the vertex lines a cavity.
 _CAVITY_PROBE_MM = (2.0, 4.0, 7.0, 11.0, 16.0, 22.0)
 
@@ -98,19 +100,53 @@ class _MeshBone:
 
 
 class _Socket:
-    """Points within `radius` of a teeth mesh: positive inside the socket."""
+    """Gum around the root half of a teeth arch: points within `radius` of the teeth and on
+    the root side of the arch's mid-height; positive inside.
 
-    def __init__(self, label, vertices, triangles, radius):
+    Only the root half, because gums hold the roots: around the crowns the upper and lower
+    sockets would merge where the teeth bite and pin lip tissue to the wrong bone.
+    """
+
+    def __init__(self, label, vertices, triangles, radius, crown_direction):
         self.label = label
         self.closest = ClosestPointTree(vertices, triangles)
         self.radius = radius
+        self.crown_direction = crown_direction
+        self.mid_height = float(np.mean(vertices @ crown_direction))
 
     def evaluate(self, points):
         hit = self.closest.query(points)
         offset = points - hit.closest
         distance = np.maximum(hit.distance, 1e-12)
         projected = hit.closest + offset / distance[:, None] * self.radius
-        return self.radius - hit.distance, projected, self.label
+        value = self.radius - hit.distance
+        beyond_mid = points @ self.crown_direction - self.mid_height
+        cut = beyond_mid > -value
+        value = np.where(cut, -beyond_mid, value)
+        projected[cut] = points[cut] - np.outer(beyond_mid[cut], self.crown_direction)
+        return value, projected, self.label
+
+
+class _NeckCore:
+    """Rigid core of the neck, for rigs whose supplied skull ends at the skull base.
+
+    Points below the chin line and deeper than the neck-core depth under the outer skin
+    belong to the skull; without it the neck would hang from the head with nothing inside.
+    """
+
+    def __init__(self, skin_vertices, outer_triangles, depth, frame, below):
+        self.outer = ClosestPointTree(skin_vertices, outer_triangles)
+        self.depth, self.frame, self.below = depth, frame, below
+
+    def evaluate(self, points):
+        hit = self.outer.query(points)
+        deep = hit.distance - self.depth
+        low = self.below - self.frame.local(points)[:, 1]
+        value = np.minimum(deep, low)
+        direction = (points - hit.closest) / np.maximum(hit.distance, 1e-12)[:, None]
+        projection = np.where((deep <= low)[:, None], hit.closest + direction * self.depth,
+                              points + np.outer(low, self.frame.up))
+        return value, projection, SKULL
 
 
 class BoneField:
@@ -145,7 +181,10 @@ class BoneField:
 class _EstimatedCranioMandible:
     """Bone below a depth field under the outer skin and a lining under cavities."""
 
-    def __init__(self, skin_vertices, triangles, outer_vertex, depth, jaw_weight, lining):
+    def __init__(self, skin_vertices, triangles, outer_vertex, depth, jaw_weight, lining,
+                 teeth=(), alveolar_reach=0.0):
+        self.teeth = list(teeth)          # (label, ClosestPointTree) of supplied teeth
+        self.alveolar_reach = alveolar_reach
         outer_tri = outer_vertex[triangles].all(axis=1)
         self.triangles = triangles
         self.depth = depth
@@ -180,7 +219,17 @@ class _EstimatedCranioMandible:
             # mouth lining follows the jaw, bone above the palate does not.
             cavity_jaw = self._interpolate(self.jaw_weight, self.cavity_triangles, cavity_hit)
             jaw = np.where(cavity_hit.distance < outer_hit.distance, cavity_jaw, jaw)
-        return value, projection, np.where(jaw > 0.5, JAW, SKULL).astype(np.int8)
+        label = np.where(jaw > 0.5, JAW, SKULL).astype(np.int8)
+        if self.teeth:
+            # The alveolar bone holding supplied teeth belongs to their bone, whatever the
+            # skin above it does in jawOpen (the lining behind the molars barely moves).
+            distances = np.stack([tree.query(points, max_distance=self.alveolar_reach).distance
+                                  for _, tree in self.teeth])
+            nearest = np.argmin(distances, axis=0)
+            near_teeth = np.isfinite(distances.min(axis=0))
+            teeth_label = np.array([teeth_label for teeth_label, _ in self.teeth], dtype=np.int8)[nearest]
+            label = np.where(near_teeth, teeth_label, label)
+        return value, projection, label
 
 
 def find_cavity_lining(skin: SkinField, scale: float) -> np.ndarray:
@@ -222,18 +271,32 @@ def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_de
         bones.add(_MeshBone(SKULL, rig.skull_vertices, triangulate(rig.skull_faces)))
         if rig.jaw_vertices is not None:
             bones.add(_MeshBone(JAW, rig.jaw_vertices, triangulate(rig.jaw_faces)))
-        info["bones"] = "supplied skull" + (" and jaw" if rig.jaw_vertices is not None else "")
+        menton_y = landmarks.frame.local(landmarks.position["menton"][None])[0, 1]
+        bones.add(_NeckCore(skin.vertices, skin.triangles[(~cavity)[skin.triangles].all(axis=1)],
+                            NECK_CORE_DEPTH_MM * 1e-3 * landmarks.scale, landmarks.frame,
+                            menton_y - 0.03 * landmarks.scale))
+        info["bones"] = "supplied skull" + (" and jaw" if rig.jaw_vertices is not None else "") + \
+            ", estimated neck core"
     else:
         outer = ~cavity
         depth = interpolate_depth(skin.vertices, outer, landmarks, min_tissue_depth)
         estimated = _EstimatedCranioMandible(
             skin.vertices, skin.triangles, outer, depth, jaw.skin_weight,
-            max(CAVITY_LINING_MM * 1e-3 * landmarks.scale, min_tissue_depth))
+            max(CAVITY_LINING_MM * 1e-3 * landmarks.scale, min_tissue_depth),
+            teeth=[(label, ClosestPointTree(v, triangulate(f))) for label, v, f in _teeth(rig)],
+            alveolar_reach=ALVEOLAR_REACH_MM * 1e-3 * landmarks.scale)
         bones.add(estimated)
         info["bones"] = "estimated from forensic soft-tissue depth"
         info["skin_depth_mm"] = [float(depth[outer].min() * 1e3), float(depth[outer].max() * 1e3)]
-    for label, verts, faces in ((SKULL, rig.upper_teeth_vertices, rig.upper_teeth_faces),
-                                (JAW, rig.lower_teeth_vertices, rig.lower_teeth_faces)):
-        if verts is not None:
-            bones.add(_Socket(label, verts, triangulate(faces), TEETH_SOCKET_MM * 1e-3 * landmarks.scale))
+    for label, verts, faces in _teeth(rig):
+        crown_direction = landmarks.frame.up if label == JAW else -landmarks.frame.up
+        bones.add(_Socket(label, verts, triangulate(faces), TEETH_SOCKET_MM * 1e-3 * landmarks.scale,
+                          crown_direction))
     return bones, info
+
+
+def _teeth(rig):
+    """(bone label, vertices, faces) of each supplied teeth arch: upper with the skull, lower with the jaw."""
+    pairs = ((SKULL, rig.upper_teeth_vertices, rig.upper_teeth_faces),
+             (JAW, rig.lower_teeth_vertices, rig.lower_teeth_faces))
+    return [(label, verts, faces) for label, verts, faces in pairs if verts is not None]

@@ -276,8 +276,9 @@ def render_meshes(camera: Camera, layers: Sequence, sprites: Sequence[SpriteLaye
     nearest surface in front of the opaque scene is found with a z-buffer of its own, and
     the veils are blended back to front per pixel. Drawing only the nearest surface keeps
     a faint skin looking like one even film instead of darkening wherever the mesh folds
-    or its back wall shows through. Edges are anti-aliased by rendering ``supersample``
-    times larger and averaging.
+    or its back wall shows through. Silhouettes and depth steps of the opaque scene are
+    outlined. Edges are anti-aliased by rendering ``supersample`` times larger and
+    averaging. Sprite layers with ``on_top`` are drawn last, over everything.
     """
     fine = camera.scaled(supersample)
     light = _LIGHT_IN_CAMERA @ np.stack([fine.right, fine.up, -fine.view_direction])
@@ -361,25 +362,38 @@ def _blend_veils(camera: Camera, veils: list[MeshLayer], light: np.ndarray, dept
     # A veil lying on (or a hair behind) an opaque surface still counts as in front of it,
     # so coincident surfaces such as a skin over the tet hull are veiled evenly instead of
     # in z-fighting speckles.
-    tolerance = 1e-3 * camera.extent
-    limit = depth + tolerance
-    veil_depths, veil_colours, veil_alphas = [], [], []
-    for layer in veils:
-        layer_depth = limit.copy()
-        layer_image = np.zeros_like(image)
-        _draw_mesh(camera, layer, light, layer_depth, layer_image)
-        covered = layer_depth < limit
-        veil_depths.append(np.where(covered, layer_depth, -np.inf))
-        veil_colours.append(layer_image)
-        veil_alphas.append(covered * layer.opacity)
-    depths, colours, alphas = np.stack(veil_depths), np.stack(veil_colours), np.stack(veil_alphas)
-    back_to_front = np.argsort(-depths, axis=0)
-    for rank in range(len(veils)):
-        which = back_to_front[rank][None]
-        alpha = np.take_along_axis(alphas, which, axis=0)[0][..., None]
-        colour = np.take_along_axis(colours, which[..., None], axis=0)[0]
-        image *= 1.0 - alpha
-        image += alpha * colour
+    limit = depth + 1e-3 * camera.extent
+    veil_depths = np.empty((len(veils),) + depth.shape)
+    veil_colours = np.zeros((len(veils),) + image.shape)
+    for index, layer in enumerate(veils):
+        veil_depths[index] = limit
+        _draw_mesh(camera, layer, light, veil_depths[index], veil_colours[index])
+    opacities = np.array([layer.opacity for layer in veils], dtype=float)
+    _composite_veils(veil_depths, veil_colours, opacities, limit, image)
+
+
+@njit(cache=True)
+def _composite_veils(veil_depths, veil_colours, opacities, limit, image):
+    """Blend, per pixel, every veil that covers it (depth below ``limit``) from the
+    farthest to the nearest."""
+    veil_count = veil_depths.shape[0]
+    height, width = limit.shape
+    blended = np.zeros(veil_count, dtype=np.bool_)
+    for row in range(height):
+        for col in range(width):
+            blended[:] = False
+            for _ in range(veil_count):
+                farthest, farthest_depth = -1, -np.inf
+                for veil in range(veil_count):
+                    z = veil_depths[veil, row, col]
+                    if not blended[veil] and z < limit[row, col] and z > farthest_depth:
+                        farthest, farthest_depth = veil, z
+                if farthest < 0:
+                    break
+                blended[farthest] = True
+                alpha = opacities[farthest]
+                for k in range(3):
+                    image[row, col, k] += alpha * (veil_colours[farthest, row, col, k] - image[row, col, k])
 
 
 def _base_corner_colours(layer: MeshLayer, vertex_count: int, triangles: np.ndarray) -> np.ndarray:

@@ -156,9 +156,9 @@ def picture_muscles(model: dict, path) -> Path:
     for base, members in _pairs_in_order(names).items():
         label = _pair_label(base, members)
         if base not in shown_bases:
-            label += " (too thin to show)"
+            label += " (not drawn: too thin or overlapped)"
         entries.append((label, symmetric_pair_colour(members[0], names)))
-    title = f"Muscles: {len(names)} muscles, {int(membership.any(axis=1).sum()):,} of {len(tets):,} tets"
+    title = f"Muscles: {len(names)} muscles drawn from {int(membership.any(axis=1).sum()):,} of {len(tets):,} tets"
     return save_png(add_legend(sheet, entries, title=title), path)
 
 
@@ -191,7 +191,7 @@ def picture_cross_section(model: dict, path, plane: str = "sagittal", offset: fl
     polygons, cut_tets = _tet_cut_polygons(positions, tets, (positions - origin) @ normal, in_plane_cm)
     muscle_amount = np.clip(np.asarray(model["muscle_fraction"], dtype=float)[cut_tets].sum(axis=1), 0.0, 1.0)
 
-    figure = Figure(figsize=(10.0, 8.6), dpi=100, facecolor=BACKGROUND, layout="constrained")
+    figure = Figure(dpi=100, facecolor=BACKGROUND, layout="constrained")
     FigureCanvasAgg(figure)
     plot = figure.add_subplot()
     plot.set_facecolor(BACKGROUND)
@@ -205,10 +205,12 @@ def picture_cross_section(model: dict, path, plane: str = "sagittal", offset: fl
         segments = _triangle_cut_segments(np.asarray(vertices, dtype=float), triangles, normal, origin)
         if len(segments):
             plot.add_collection(LineCollection(in_plane_cm(segments), colors=[colour], linewidths=1.8))
-            line_handles.append(Line2D([], [], color=colour, linewidth=2.5, label=name))
+            if name not in [handle.get_label() for handle in line_handles]:  # upper and lower teeth share one
+                line_handles.append(Line2D([], [], color=colour, linewidth=2.5, label=name))
 
     plot.set_aspect("equal")
     plot.autoscale_view()
+    _fit_figure_to_section(figure, plot)
     plot.set_xlabel(across_label, fontsize=11)
     plot.set_ylabel(upward_label, fontsize=11)
     if line_handles:
@@ -392,7 +394,7 @@ def _surfaces_for_cut_lines(model: dict) -> list[tuple[str, np.ndarray, np.ndarr
                 ("jaw", model["bone_surface_vertices"], bone_triangles[labels == JAW_LABEL], JAW_LINE_COLOUR)]
     for jaw in ("upper", "lower"):
         if f"{jaw}_teeth_vertices" in model:
-            surfaces.append((f"{jaw} teeth", model[f"{jaw}_teeth_vertices"], model[f"{jaw}_teeth_triangles"],
+            surfaces.append(("teeth", model[f"{jaw}_teeth_vertices"], model[f"{jaw}_teeth_triangles"],
                              TEETH_LINE_COLOUR))
     return surfaces
 
@@ -418,6 +420,16 @@ def _pair_label(base: str, members: Sequence[str]) -> str:
         return ", ".join(members)
     separator = members[0][len(base)]
     return base + separator + "/".join(member[len(base) + 1:] for member in members)
+
+
+def _fit_figure_to_section(figure: Figure, plot) -> None:
+    """Size the figure to the section's aspect ratio, so a tall or wide cut fills the
+    picture instead of floating in blank margins; the plot box is at most 7.4 x 7 inches
+    (740 x 700 pixels), leaving room round it for labels, title, colour bar and legend."""
+    (left, right), (bottom, top) = plot.get_xlim(), plot.get_ylim()
+    aspect = (right - left) / (top - bottom)
+    plot_width = min(7.4, 7.0 * aspect)
+    figure.set_size_inches(plot_width + 2.6, plot_width / aspect + 1.9)
 
 
 def _offset_word(plane: str, offset: float) -> str:
