@@ -514,6 +514,7 @@ def _build_skin() -> _Skin:
     faces = np.concatenate([cap_faces, tube_faces, pouch_faces])
 
     n_outer = len(vertices) - len(pouch_points)
+    # Crown-cap vertices are far above the lips; 1 m stands for "nowhere near the mouth".
     outer_height = np.concatenate([np.full(len(cap_free), 1.0), lip_height.ravel(),
                                    np.zeros(len(lower_ids))])
     on_mouth = (np.abs(u) < 1.0) & (base[..., 1] < -0.07) & (np.abs(lip_height) < 0.03)
@@ -767,10 +768,8 @@ def _curtain_to_space(curtain, s, z, n, x_under_condyle):
     """Map curtain coordinates to space; the rami lean outward so the condyles sit wider
     than the angles of the jaw, as on a real mandible."""
     flat = curtain(s.ravel())
-    dense = np.gradient(curtain(s.ravel() + 1e-4) - curtain(s.ravel() - 1e-4), axis=-1)
     t = _unit(curtain(s.ravel() + 1e-4) - curtain(s.ravel() - 1e-4))
-    outward = np.stack([t[:, 1], -t[:, 0]], -1)
-    del dense
+    outward = np.stack([t[:, 1], -t[:, 0]], -1)          # horizontal, away from the tongue
     lean_full = (CONDYLE[0] - x_under_condyle) / float(_smoothstep(-0.076, -0.040, CONDYLE[2]))
     lean = lean_full * _smoothstep(-0.076, -0.040, z.ravel()) * np.sign(s.ravel())
     xy = flat + n.ravel()[:, None] * outward
@@ -812,12 +811,17 @@ class _KeyContext:
 
 
 def _vertex_normals(vertices, faces):
-    tri = _triangles(faces)
-    face_normals = np.cross(vertices[tri[:, 1]] - vertices[tri[:, 0]],
-                            vertices[tri[:, 2]] - vertices[tri[:, 0]])
+    """Area-weighted vertex normals. A quad's normal is the cross product of its diagonals,
+    which (unlike splitting it into two triangles) keeps mirror-image quads mirror-exact."""
+    faces = np.asarray(faces)
+    quad = faces[:, 3] >= 0
+    v0, v1, v2 = (vertices[faces[:, k]] for k in range(3))
+    v3 = vertices[np.where(quad, faces[:, 3], faces[:, 0])]
+    face_normals = np.where(quad[:, None], np.cross(v2 - v0, v3 - v1), np.cross(v1 - v0, v2 - v0))
     normals = np.zeros_like(vertices)
-    for k in range(3):
-        np.add.at(normals, tri[:, k], face_normals)
+    for k in range(4):
+        used = faces[:, k] >= 0
+        np.add.at(normals, faces[used, k], face_normals[used])
     return _unit(normals)
 
 

@@ -6,12 +6,12 @@ build information travels as a JSON string, never as a pickled object.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from .npz_files import write_npz_atomically
 
 FORMAT_VERSION = 1
 
@@ -92,20 +92,10 @@ def validate_model(model: dict) -> None:
 
 
 def save_model(path, model: dict) -> None:
+    """Validate and write atomically; uncompressed, because models are loaded far more often than written."""
     validate_model(model)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".npz")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            np.savez(stream, **model)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_npz_atomically(path, model, compressed=False)
 
 
 def load_model(path) -> dict:

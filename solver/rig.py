@@ -8,16 +8,16 @@ validate a rig before handing it to the solver process.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import secrets
 import zipfile
 import zlib
 from dataclasses import dataclass
 from typing import Dict, Optional, Union
 
 import numpy as np
+
+from .npz_files import write_npz_atomically
 
 FORMAT_VERSION = 1
 
@@ -338,7 +338,7 @@ def save_rig(path: PathLike, rig: FaceRig) -> None:
     validate_rig(rig)
     arrays = {key: _normalised(key, array) for key, array in _present_arrays(rig).items()}
     arrays["format_version"] = np.array(FORMAT_VERSION, dtype=np.int64)
-    _write_atomically(os.fspath(path), arrays)
+    write_npz_atomically(path, arrays)
 
 
 def _read_npz(path: str) -> Dict[str, np.ndarray]:
@@ -397,24 +397,6 @@ def _normalised(key: str, array: np.ndarray) -> np.ndarray:
     if key in _INDEX_KEYS:
         return array.astype(np.int64, copy=False) if kind in _INDEX_KINDS else array
     return array.astype(np.float64, copy=False) if kind in _REAL_KINDS else array
-
-
-def _write_atomically(path: str, arrays: Dict[str, np.ndarray]) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    temp_path = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # os.open with 0o666 lets the umask set permissions as for any new file (mkstemp would force 0600);
-    # O_BINARY stops Windows from translating newlines inside the archive.
-    descriptor = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(descriptor, "wb") as stream:
-            np.savez_compressed(stream, **arrays)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp_path, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_path)
-        raise
 
 
 # --------------------------------------------------------------------------- triangles

@@ -128,24 +128,35 @@ class _Socket:
 
 
 class _NeckCore:
-    """Rigid core of the neck, for rigs whose supplied skull ends at the skull base.
+    """Rigid core of the neck and the back of the lower head, for supplied skulls.
 
-    Points below the chin line and deeper than the neck-core depth under the outer skin
-    belong to the skull; without it the neck would hang from the head with nothing inside.
+    A supplied skull usually ends at the skull base: nothing stands for the cervical spine
+    and the pharynx, and the neck and the back of the lower head would hang free. Points
+    deeper than the neck-core depth under the outer skin belong to the skull when they lie
+    below the chin line, or behind the jaw hinge and below the eyes (in front of the hinge
+    the deep tissue is the floor of the mouth and the tongue, which stay soft).
     """
 
-    def __init__(self, skin_vertices, outer_triangles, depth, frame, below):
+    def __init__(self, skin_vertices, outer_triangles, depth, frame, below, behind, under):
         self.outer = ClosestPointTree(skin_vertices, outer_triangles)
-        self.depth, self.frame, self.below = depth, frame, below
+        self.depth, self.frame = depth, frame
+        self.below, self.behind, self.under = below, behind, under
 
     def evaluate(self, points):
         hit = self.outer.query(points)
+        local = self.frame.local(points)
         deep = hit.distance - self.depth
-        low = self.below - self.frame.local(points)[:, 1]
-        value = np.minimum(deep, low)
+        low = self.below - local[:, 1]
+        back = np.minimum(self.behind - local[:, 2], self.under - local[:, 1])
+        region = np.maximum(low, back)
+        value = np.minimum(deep, region)
         direction = (points - hit.closest) / np.maximum(hit.distance, 1e-12)[:, None]
-        projection = np.where((deep <= low)[:, None], hit.closest + direction * self.depth,
-                              points + np.outer(low, self.frame.up))
+        # Project onto whichever side of the region decides the value.
+        region_step = np.where((low >= back)[:, None], np.outer(low, self.frame.up),
+                               np.where((self.behind - local[:, 2] <= self.under - local[:, 1])[:, None],
+                                        np.outer(self.behind - local[:, 2], self.frame.forward),
+                                        np.outer(self.under - local[:, 1], self.frame.up)))
+        projection = np.where((deep <= region)[:, None], hit.closest + direction * self.depth, points + region_step)
         return value, projection, SKULL
 
 
@@ -271,12 +282,15 @@ def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_de
         bones.add(_MeshBone(SKULL, rig.skull_vertices, triangulate(rig.skull_faces)))
         if rig.jaw_vertices is not None:
             bones.add(_MeshBone(JAW, rig.jaw_vertices, triangulate(rig.jaw_faces)))
-        menton_y = landmarks.frame.local(landmarks.position["menton"][None])[0, 1]
+        frame = landmarks.frame
+        menton_y = frame.local(landmarks.position["menton"][None])[0, 1]
+        eye_y = frame.local(landmarks.position["eye_L"][None])[0, 1]
+        hinge_z = frame.local(jaw.condyles).mean(0)[2]
         bones.add(_NeckCore(skin.vertices, skin.triangles[(~cavity)[skin.triangles].all(axis=1)],
-                            NECK_CORE_DEPTH_MM * 1e-3 * landmarks.scale, landmarks.frame,
-                            menton_y - 0.03 * landmarks.scale))
+                            NECK_CORE_DEPTH_MM * 1e-3 * landmarks.scale, frame,
+                            below=menton_y - 0.03 * landmarks.scale, behind=hinge_z, under=eye_y))
         info["bones"] = "supplied skull" + (" and jaw" if rig.jaw_vertices is not None else "") + \
-            ", estimated neck core"
+            ", estimated neck and skull-base core"
     else:
         outer = ~cavity
         depth = interpolate_depth(skin.vertices, outer, landmarks, min_tissue_depth)
