@@ -401,11 +401,13 @@ def _normalised(key: str, array: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------- triangles
 
-def triangulate(faces: np.ndarray) -> np.ndarray:
+def triangulate(faces: np.ndarray, vertices: Optional[np.ndarray] = None) -> np.ndarray:
     """Triangles (T,3) int64 of a face array, in face order.
 
-    Quads split into (0,1,2) and (0,2,3); quad-array rows padded with -1 give one
-    triangle; an (F,3) array passes through.
+    Quads split into two triangles: along their shorter diagonal when `vertices` are given
+    (better-shaped triangles, and the same split on both sides of a mirror-symmetric face),
+    otherwise into (0,1,2) and (0,2,3). Quad-array rows padded with -1 give one triangle;
+    an (F,3) array passes through.
     """
     faces = np.asarray(faces)
     if faces.ndim != 2 or faces.shape[1] not in (3, 4):
@@ -414,11 +416,25 @@ def triangulate(faces: np.ndarray) -> np.ndarray:
     faces = faces.astype(np.int64, copy=False)
     if faces.shape[1] == 3:
         return faces.copy()
-    halves = np.stack([faces[:, [0, 1, 2]], faces[:, [0, 2, 3]]], axis=1).reshape(-1, 3)
-    keep = np.stack([np.ones(faces.shape[0], dtype=bool), faces[:, 3] != _QUAD_PADDING], axis=1).reshape(-1)
+    is_quad = faces[:, 3] != _QUAD_PADDING
+    first_split = np.stack([faces[:, [0, 1, 2]], faces[:, [0, 2, 3]]], axis=1)
+    if vertices is not None:
+        corners = np.asarray(vertices)[np.where(is_quad[:, None], faces, faces[:, :1])]
+        diagonal_02 = np.linalg.norm(corners[:, 2] - corners[:, 0], axis=1)
+        diagonal_13 = np.linalg.norm(corners[:, 3] - corners[:, 1], axis=1)
+        other_split = np.stack([faces[:, [0, 1, 3]], faces[:, [1, 2, 3]]], axis=1)
+        # validate_rig checks the (0,1,2)/(0,2,3) halves, so the other split is only taken
+        # when its own halves are not degenerate either.
+        other_corners = np.asarray(vertices)[np.where(is_quad[:, None, None], other_split, other_split[:, :1])]
+        other_area = 0.5 * np.linalg.norm(np.cross(other_corners[:, :, 1] - other_corners[:, :, 0],
+                                                   other_corners[:, :, 2] - other_corners[:, :, 0]), axis=2)
+        use_other = is_quad & (diagonal_13 < diagonal_02 * (1 - 1e-9)) & (other_area.min(axis=1) >= MIN_TRIANGLE_AREA_M2)
+        first_split = np.where(use_other[:, None, None], other_split, first_split)
+    halves = first_split.reshape(-1, 3)
+    keep = np.stack([np.ones(faces.shape[0], dtype=bool), is_quad], axis=1).reshape(-1)
     return halves[keep]
 
 
 def rig_triangles(rig: FaceRig) -> np.ndarray:
-    """The skin's triangles, (T,3) int64."""
-    return triangulate(rig.faces)
+    """The skin's triangles, (T,3) int64, quads split along their shorter diagonal."""
+    return triangulate(rig.faces, rig.vertices)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import __version__
 from ..geometry import vertex_normals
 from ..model_file import FORMAT_VERSION
-from ..rig import FaceRig, triangulate, validate_rig
+from ..rig import FaceRig, rig_triangles, triangulate, validate_rig
 from .attachments import PIN, SLIDE, bone_surface_nodes, split_pin_slide
 from .directions import contraction_frames
 from .embedding import embed_points
@@ -74,13 +74,23 @@ class TissueField:
         return value, self.frame.local(projection)
 
     def depth_along(self, starts, directions, step, max_depth):
-        """Distance from each start along its direction until leaving the tissue."""
+        """Distance from each start along its direction until leaving the tissue.
+
+        Sampled every `step`, then the crossing is placed by linear interpolation of the
+        field between the last sample inside and the first outside, so the depth does not
+        jump by a whole step between two nearly identical starts (mirror-image knots).
+        """
         distances = np.arange(1, int(max_depth / step) + 1) * step
         points = starts[:, None, :] + directions[:, None, :] * distances[None, :, None]
         value = self.world(points.reshape(-1, 3))[0].reshape(len(starts), -1)
         outside = value > 0
+        rows = np.arange(len(starts))
         first_out = np.where(outside.any(1), outside.argmax(1), len(distances) - 1)
-        return distances[np.maximum(first_out, 0)]
+        before = np.maximum(first_out - 1, 0)
+        inside_value, outside_value = value[rows, before], value[rows, first_out]
+        span = outside_value - inside_value
+        fraction = np.where((first_out > 0) & (span > 0), -inside_value / np.where(span > 0, span, 1.0), 1.0)
+        return distances[before] + np.clip(fraction, 0.0, 1.0) * step * (first_out > 0)
 
 
 def _local_box(frame, skin_vertices, margin, spacing=None):
@@ -122,19 +132,37 @@ def _spacing_for(volume, target_tets):
     return (TETS_PER_CELL * volume / max(target_tets, 100)) ** (1.0 / 3.0)
 
 
-def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
-    options = options or BuildOptions()
-    clock = _Stopwatch(options)
-    validate_rig(rig)
-    triangles = triangulate(rig.faces)
+@dataclass
+class PreparedTissue:
+    """Everything the tet mesher needs, and what later stages reuse."""
+    landmarks: object
+    jaw: object
+    skin: SkinField
+    cavity: np.ndarray            # (V,) skin vertices lining a cavity
+    field: TissueField
+    bone_info: dict
+    volume: float                 # Monte-Carlo volume of the tissue, m³
+    volume_error: float
+    spacing: float                # lattice spacing for the target tet count, m
+    low: np.ndarray               # head-frame box to mesh, mirror-symmetric, whole cells
+    high: np.ndarray
+
+
+def prepare_tissue(rig: FaceRig, options: BuildOptions, triangles=None) -> PreparedTissue:
+    """Landmarks, jaw and the implicit tissue (skin minus bones), with the lattice spacing.
+
+    Bones are built twice: first without a minimum tissue depth, to estimate the volume and
+    from it the spacing h; then keeping at least MIN_TISSUE_DEPTH_FRACTION × h of tissue
+    under the skin, which is the field that gets meshed.
+    """
+    triangles = rig_triangles(rig) if triangles is None else triangles
     landmarks = infer_landmarks(rig)
     frame = landmarks.frame
     jaw = build_jaw(rig, landmarks)
-    clock.lap("landmarks", f"{len(landmarks.position)} landmarks, jaw hinge by {jaw.method}")
-
     skin = SkinField(rig.vertices, triangles)
     cavity = find_cavity_lining(skin, landmarks.scale)
-    low, high = _local_box(frame, rig.vertices, 0.01 * landmarks.scale)
+    margin = 0.01 * landmarks.scale
+    low, high = _local_box(frame, rig.vertices, margin)
     coarse_samples = max(options.volume_samples // 5, 20_000)
     bones, _ = build_bone_field(rig, skin, landmarks, jaw, cavity, min_tissue_depth=0.0)
     volume, _ = estimate_volume(TissueField(skin, bones, frame), low, high, coarse_samples)
@@ -144,13 +172,30 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
     spacing = _spacing_for(volume, options.target_tets)
     bones, bone_info = build_bone_field(rig, skin, landmarks, jaw, cavity,
                                         min_tissue_depth=MIN_TISSUE_DEPTH_FRACTION * spacing)
-    tissue = TissueField(skin, bones, frame)
-    volume, volume_error = estimate_volume(tissue, low, high, options.volume_samples)
+    field = TissueField(skin, bones, frame)
+    volume, volume_error = estimate_volume(field, low, high, options.volume_samples)
     spacing = _spacing_for(volume, options.target_tets)
-    clock.lap("tissue", f"{volume * 1e6:.0f} cm³ of tissue, lattice spacing {spacing * 1e3:.1f} mm")
+    low, high = _local_box(frame, rig.vertices, margin, spacing)
+    return PreparedTissue(landmarks=landmarks, jaw=jaw, skin=skin, cavity=cavity, field=field,
+                          bone_info=bone_info, volume=volume, volume_error=volume_error,
+                          spacing=spacing, low=low, high=high)
 
-    low, high = _local_box(frame, rig.vertices, 0.01 * landmarks.scale, spacing)
-    mesh = mesh_implicit_volume(tissue, low, high, spacing, progress=options.progress)
+
+def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
+    options = options or BuildOptions()
+    clock = _Stopwatch(options)
+    validate_rig(rig)
+    triangles = rig_triangles(rig)
+    prepared = prepare_tissue(rig, options, triangles)
+    landmarks, jaw, skin, cavity, tissue = (prepared.landmarks, prepared.jaw, prepared.skin,
+                                            prepared.cavity, prepared.field)
+    frame = landmarks.frame
+    spacing, volume, volume_error, bone_info = (prepared.spacing, prepared.volume, prepared.volume_error,
+                                                prepared.bone_info)
+    clock.lap("tissue", f"{len(landmarks.position)} landmarks, jaw hinge by {jaw.method}; "
+                        f"{volume * 1e6:.0f} cm³ of tissue, lattice spacing {spacing * 1e3:.1f} mm")
+
+    mesh = mesh_implicit_volume(tissue, prepared.low, prepared.high, spacing, progress=options.progress)
     nodes = frame.world(mesh.nodes)
     tets = mesh.tets            # the head frame is a rotation, so orientation is kept
     volumes = signed_volumes(nodes, tets)
@@ -245,7 +290,7 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
         verts = getattr(rig, f"{prefix}_vertices")
         if verts is not None:
             model[f"{prefix}_vertices"] = verts
-            model[f"{prefix}_triangles"] = triangulate(getattr(rig, f"{prefix}_faces"))
+            model[f"{prefix}_triangles"] = triangulate(getattr(rig, f"{prefix}_faces"), verts)
     clock.lap("assemble", "done")
     info["timings_s"] = dict(options.timings)
     model["build_info"] = np.array(json.dumps(info))

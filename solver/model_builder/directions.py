@@ -13,6 +13,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 END_ZONE = 0.12
+VANISHING_GRADIENT = 1e-3     # relative to the muscle's median gradient
 
 
 def shape_gradients(nodes, tets):
@@ -48,7 +49,27 @@ def _harmonic_direction(nodes, tets, gradients, volumes, param):
         value[free] = spla.spsolve(system.tocsc(), rhs)
     gradient = np.einsum("mid,mi->md", gradients, value[local])
     norm = np.linalg.norm(gradient, axis=1, keepdims=True)
-    return np.where(norm > 1e-9, gradient / np.maximum(norm, 1e-300), np.nan)
+    # A tet whose nodes all sit in one end zone has no gradient; it is left to the caller.
+    flat = norm < VANISHING_GRADIENT * np.median(norm)
+    return np.where(flat, np.nan, gradient / np.maximum(norm, 1e-300))
+
+
+def path_tangents(muscle, points):
+    """Unit tangent (k,3) of the muscle's atlas path segment nearest to each point."""
+    best = np.full(len(points), np.inf)
+    tangent = np.zeros((len(points), 3))
+    for path in muscle.paths:
+        for a, b in zip(path.points[:-1], path.points[1:]):
+            segment = b - a
+            length2 = max(segment @ segment, 1e-24)
+            t = np.clip((points - a) @ segment / length2, 0.0, 1.0)
+            distance = np.linalg.norm(points - (a + t[:, None] * segment), axis=1)
+            if segment @ segment < 1e-24:
+                continue          # two knots projected onto the same skin point
+            closer = distance < best
+            best[closer] = distance[closer]
+            tangent[closer] = segment / np.sqrt(length2)
+    return tangent
 
 
 def contraction_frames(nodes, tets, fraction, mean_param, muscles, skin_normal_at):
@@ -65,18 +86,19 @@ def contraction_frames(nodes, tets, fraction, mean_param, muscles, skin_normal_a
         field = _harmonic_direction(nodes, tets[support], gradients[support], volumes[support],
                                     mean_param[support, index])
         mine = dominant[support] == index
+        along_path = path_tangents(muscle, nodes[tets[support]].mean(1))
         if field is None:
-            # Too few tets to separate the ends: fall back to the atlas path direction.
-            path = muscle.paths[0]
-            axis = path.points[-1] - path.points[0]
-            field = np.tile(axis / np.linalg.norm(axis), (len(support), 1))
+            # Too few tets to separate the ends: the atlas path gives the direction.
+            field = along_path
             report[muscle.name] = "atlas path direction (too few tets for a Laplace solve)"
         else:
-            report[muscle.name] = "laplace"
+            flat = ~np.isfinite(field).all(1)
+            field[flat] = along_path[flat]
+            report[muscle.name] = "laplace" + (f" ({int(flat.sum())} end-zone tets along the path)" if flat.any() else "")
         direction[support[mine]] = field[mine]
     centroids = nodes[tets].mean(1)
     normal = skin_normal_at(centroids)
-    missing = ~np.isfinite(direction).all(1)
+    missing = ~np.isfinite(direction).all(1) | (np.linalg.norm(np.nan_to_num(direction), axis=1) < 1e-12)
     # Passive tets (and any tet whose field vanished) get a frame too, so Q is always a rotation.
     direction[missing] = _perpendicular(normal[missing])
     first = direction / np.linalg.norm(direction, axis=1, keepdims=True)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..geometry.mesh_ops import first_ray_hits
+from ..rig import rig_triangles
 from .errors import ModelBuildError
 
 LANDMARK_NAMES = (
@@ -159,13 +161,13 @@ def infer_landmarks(rig, frame: HeadFrame | None = None) -> Landmarks:
     result = Landmarks(frame=frame)
     supplied = _supplied_landmarks(rig)
 
-    def put(name, index, how):
+    def put(name, index, how, position=None):
         if name in supplied:
-            index, how = supplied[name], "supplied"
+            index, how, position = supplied[name], "supplied", None
         if index is None:
             return
         result.vertex[name] = int(index)
-        result.position[name] = vertices[int(index)].copy()
+        result.position[name] = vertices[int(index)].copy() if position is None else np.asarray(position, float)
         result.source[name] = how
 
     def by_key(name, keys, side=None, fraction=0.8):
@@ -233,6 +235,12 @@ def infer_landmarks(rig, frame: HeadFrame | None = None) -> Landmarks:
     most(y, np.ones_like(midline), "crown", "highest point")
     most(-z, midline & (np.abs(y - lid_y) < 0.3 * face_height), "occiput", "back of the head at eye height")
 
+    triangles = rig_triangles(rig)
+
+    def from_front(target, how):
+        index, point = _surface_point(vertices, triangles, frame, target, frame.forward)
+        return index, how, point
+
     for side, sign in (("L", 1.0), ("R", -1.0)):
         lid = result.vertex[f"upper_lid_{side}"]
         # the eye sits under the lid, a few mm behind the lid's outer surface
@@ -241,17 +249,18 @@ def infer_landmarks(rig, frame: HeadFrame | None = None) -> Landmarks:
         result.source[f"eye_{side}"] = "behind the upper lid"
         if f"brow_outer_{side}" not in result.position:
             target = result.position[f"brow_inner_{side}"] + frame.left * sign * 0.035 * result.scale
-            put(f"brow_outer_{side}", _nearest_front(local, frame.local(target[None])[0]), "lateral of the inner brow")
+            put(f"brow_outer_{side}", *from_front(frame.local(target[None])[0], "lateral of the inner brow"))
         cheek_target = frame.local(result.position[f"eye_{side}"][None])[0] + \
             np.array([sign * 0.015, -0.025, 0.0]) * result.scale
-        put(f"cheekbone_{side}", _nearest_front(local, cheek_target), "below and lateral of the eye")
+        put(f"cheekbone_{side}", *from_front(cheek_target, "below and lateral of the eye"))
         # The jaw angle barely moves in jawOpen (it is near the hinge), so it is placed from
         # average adult proportions relative to the mouth corners and projected on the side.
         gonion_target = np.array([sign * 0.05, -0.03, -0.065]) * result.scale
-        put(f"gonion_{side}", _nearest_side(local, gonion_target, sign), "jaw angle from proportions")
+        index, point = _surface_point(vertices, triangles, frame, gonion_target, sign * frame.left)
+        put(f"gonion_{side}", index, "jaw angle from proportions", point)
         if f"ala_{side}" not in result.position and "nose_tip" in result.vertex:
             target = frame.local(result.position["nose_tip"][None])[0] + np.array([sign * 0.017, -0.012, -0.015]) * result.scale
-            put(f"ala_{side}", _nearest_front(local, target), "beside the nose tip")
+            put(f"ala_{side}", *from_front(target, "beside the nose tip"))
     neck = (y < np.percentile(y, 3))
     most(z, neck, "neck_front", "front of the neck cut")
     required = ("upper_lip", "lower_lip", "chin", "nose_tip", "nasion", "gonion_L", "gonion_R")
@@ -263,25 +272,13 @@ def infer_landmarks(rig, frame: HeadFrame | None = None) -> Landmarks:
     return result
 
 
-def _nearest_side(local, target, sign, radius=0.008):
-    """The outermost skin vertex seen from the subject's side (sign +1: left) at `target`."""
-    planar = np.linalg.norm(local[:, 1:] - target[1:], axis=1)
-    near = planar < radius
-    if not near.any():
-        return int(np.argmin(np.linalg.norm(local - target, axis=1)))
-    candidates = np.flatnonzero(near)
-    return int(candidates[np.argmax(sign * local[candidates, 0])])
-
-
-def _nearest_front(local, target, radius=0.006):
-    """The outermost skin vertex seen from the front at `target`'s left/up position.
-
-    Looking along -forward avoids picking the lining of the mouth or eye sockets
-    that may lie nearer to a target placed slightly inside the head.
-    """
-    planar = np.linalg.norm(local[:, :2] - target[:2], axis=1)
-    near = planar < radius
-    if not near.any():
-        return int(np.argmin(planar))
-    candidates = np.flatnonzero(near)
-    return int(candidates[np.argmax(local[candidates, 2])])
+def _surface_point(vertices, triangles, frame, target, axis):
+    """(nearest skin vertex, exact point) where a ray from outside, through `target` (frame
+    coords), first meets the skin travelling against `axis`; the nearest vertex if it misses."""
+    world_target = frame.world(target[None])[0]
+    _, triangle, weights = first_ray_hits(vertices, triangles, (world_target + axis)[None], -axis)
+    if triangle[0] < 0:
+        nearest = int(np.argmin(np.linalg.norm(vertices - world_target, axis=1)))
+        return nearest, vertices[nearest]
+    corners = triangles[triangle[0]]
+    return int(corners[np.argmax(weights[0])]), weights[0] @ vertices[corners]

@@ -75,7 +75,7 @@ def _spec():
         "depressor_labii_inferioris": [[("mouth_corner", (-10, -9, 0), FRONT, 0.5, 5, 1.8),
                                         ("mouth_corner", (-6, -28, 0), FRONT, 0.5, 6, 1.8)]],
         "mentalis": [[("chin", (6, 10, 0), FRONT, 0.6, 4, 2.5), ("chin", (6, -8, 0), FRONT, 0.6, 4, 2.5)]],
-        "nasalis": [[("ala", (0, 4, 0), FRONT, 0.5, 3, 1.2), ("nose_tip", (4, 14, 0), FRONT, 0.5, 3, 1.2)]],
+        "nasalis": [[("ala", (0, 4, 0), FRONT, 0.5, 4, 1.5), ("nose_tip", (5, 14, 0), FRONT, 0.5, 4, 1.5)]],
         "masseter": [[("condyle", (0, -8, 20), SIDE, 0.6, 11, 5.0), ("gonion", (0, 6, 14), SIDE, 0.6, 12, 5.0)]],
         "platysma": [[("mouth_corner", (14, -32, 0), FRONT, 0.4, 14, 1.5),
                       ("menton", (38, -50, 0), SIDE, 0.3, 18, 1.5)]],

@@ -279,9 +279,9 @@ def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_de
     bones = BoneField()
     info = {}
     if rig.skull_vertices is not None:
-        bones.add(_MeshBone(SKULL, rig.skull_vertices, triangulate(rig.skull_faces)))
+        bones.add(_MeshBone(SKULL, rig.skull_vertices, triangulate(rig.skull_faces, rig.skull_vertices)))
         if rig.jaw_vertices is not None:
-            bones.add(_MeshBone(JAW, rig.jaw_vertices, triangulate(rig.jaw_faces)))
+            bones.add(_MeshBone(JAW, rig.jaw_vertices, triangulate(rig.jaw_faces, rig.jaw_vertices)))
         frame = landmarks.frame
         menton_y = frame.local(landmarks.position["menton"][None])[0, 1]
         eye_y = frame.local(landmarks.position["eye_L"][None])[0, 1]
@@ -297,14 +297,14 @@ def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_de
         estimated = _EstimatedCranioMandible(
             skin.vertices, skin.triangles, outer, depth, jaw.skin_weight,
             max(CAVITY_LINING_MM * 1e-3 * landmarks.scale, min_tissue_depth),
-            teeth=[(label, ClosestPointTree(v, triangulate(f))) for label, v, f in _teeth(rig)],
+            teeth=[(label, ClosestPointTree(v, triangulate(f, v))) for label, v, f in _teeth(rig)],
             alveolar_reach=ALVEOLAR_REACH_MM * 1e-3 * landmarks.scale)
         bones.add(estimated)
         info["bones"] = "estimated from forensic soft-tissue depth"
         info["skin_depth_mm"] = [float(depth[outer].min() * 1e3), float(depth[outer].max() * 1e3)]
     for label, verts, faces in _teeth(rig):
         crown_direction = landmarks.frame.up if label == JAW else -landmarks.frame.up
-        bones.add(_Socket(label, verts, triangulate(faces), TEETH_SOCKET_MM * 1e-3 * landmarks.scale,
+        bones.add(_Socket(label, verts, triangulate(faces, verts), TEETH_SOCKET_MM * 1e-3 * landmarks.scale,
                           crown_direction))
     return bones, info
 
