@@ -76,35 +76,31 @@ def _unit(v):
     return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
 
-def _rotate_about_x(points, pivot, angle):
-    """Rotate points about the X-parallel axis through pivot; positive angle swings the
-    front (-Y) downward, the way a jaw opens."""
-    rel = points - pivot
-    c, s = np.cos(angle), np.sin(angle)
-    out = rel.copy()
-    out[..., 1] = c * rel[..., 1] - s * rel[..., 2]
-    out[..., 2] = s * rel[..., 1] + c * rel[..., 2]
-    return out + pivot
-
-
-def _turn_about_x(points, pivot, angle):
-    """Displacement of rotating each point about the X-parallel axis through pivot by its own
-    angle (same sense as _rotate_about_x); exactly zero where the angle is zero."""
+def _turn(points, pivot, angle, axes):
+    """Displacement of rotating each point by its own angle about the axis through pivot
+    normal to the plane of coordinate `axes` (i, j), from i toward j; exactly zero where
+    the angle is zero."""
+    i, j = axes
     rel = points - pivot
     c1, s = np.cos(angle) - 1.0, np.sin(angle)
     delta = np.zeros_like(points)
-    delta[..., 1] = c1 * rel[..., 1] - s * rel[..., 2]
-    delta[..., 2] = s * rel[..., 1] + c1 * rel[..., 2]
+    delta[..., i] = c1 * rel[..., i] - s * rel[..., j]
+    delta[..., j] = s * rel[..., i] + c1 * rel[..., j]
     return delta
 
 
+def _turn_about_x(points, pivot, angle):
+    """Rotation about the X-parallel axis through pivot; positive angle swings the front (-Y)
+    downward, the way a jaw opens."""
+    return _turn(points, pivot, angle, (1, 2))
+
+
+def _rotate_about_x(points, pivot, angle):
+    return points + _turn_about_x(points, pivot, angle)
+
+
 def _rotate_about_z(points, pivot, angle):
-    rel = points - pivot
-    c, s = np.cos(angle), np.sin(angle)
-    out = rel.copy()
-    out[..., 0] = c * rel[..., 0] - s * rel[..., 1]
-    out[..., 1] = s * rel[..., 0] + c * rel[..., 1]
-    return out + pivot
+    return points + _turn(points, pivot, angle, (0, 1))
 
 
 # ----------------------------------------------------------------------------- ring stacks

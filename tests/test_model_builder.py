@@ -521,3 +521,16 @@ def test_a_rig_without_any_left_right_cue_is_refused(rig):
         drop_landmarks={"mouth_corner_L", "mouth_corner_R"})
     with pytest.raises(ModelBuildError, match="mouthSmile"):
         build_model(stripped, BuildOptions(target_tets=2000, volume_samples=20_000))
+
+
+def test_supplied_landmarks_override_the_inferred_ones(rig):
+    """A rig's landmark with a builder name wins over the shape-key inference; others are ignored."""
+    inferred = infer_landmarks(rig)
+    chosen = int(np.argmax(rig.vertices @ inferred.frame.up))          # any vertex will do
+    supplied = dataclasses.replace(rig, landmark_names=np.array(["nose_tip", "mp68_30"]),
+                                   landmark_vertices=np.array([chosen, 0]))
+    landmarks = infer_landmarks(supplied)
+    assert landmarks.source["nose_tip"] == "supplied"
+    np.testing.assert_array_equal(landmarks["nose_tip"], rig.vertices[chosen])
+    assert "mp68_30" not in landmarks.position
+    np.testing.assert_allclose(landmarks["chin"], inferred["chin"])

@@ -101,8 +101,9 @@ def _unit(v):
 def _supplied_landmarks(rig):
     if rig.landmark_names is None:
         return {}
+    # Eye centres lie inside the head, so they are always derived from the lids.
     return {str(n): int(i) for n, i in zip(rig.landmark_names, rig.landmark_vertices)
-            if str(n) in LANDMARK_NAMES}
+            if str(n) in LANDMARK_NAMES and not str(n).startswith("eye_")}
 
 
 def infer_head_frame(rig) -> HeadFrame:
