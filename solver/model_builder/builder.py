@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -55,23 +55,31 @@ class _Stopwatch:
             self.options.progress(f"{stage}: {message} ({now - self.start:.1f} s)")
 
 
+class TissueSample(NamedTuple):
+    value: np.ndarray          # max(skin, bone): negative in the tissue
+    projection: np.ndarray     # onto the surface (skin or bone) that decides the value
+    skin_value: np.ndarray
+    bone_value: np.ndarray
+    bone_label: np.ndarray     # SKULL or JAW of the nearest bone piece
+
+
 class TissueField:
-    """max(skin, bone): negative in the tissue; evaluated and projected in head-frame coordinates."""
+    """max(skin, bone): negative in the tissue; the mesher calls it in head-frame coordinates."""
 
     def __init__(self, skin, bones, frame):
         self.skin, self.bones, self.frame = skin, bones, frame
 
-    def world(self, points):
+    def world(self, points) -> TissueSample:
         skin_value, hit = self.skin.evaluate(points)
         bone_value, bone_label, bone_projection = self.bones.evaluate(points)
         bone_decides = bone_value > skin_value
-        value = np.where(bone_decides, bone_value, skin_value)
-        projection = np.where(bone_decides[:, None], bone_projection, hit.closest)
-        return value, projection, bone_decides, bone_label, skin_value, bone_value
+        return TissueSample(value=np.where(bone_decides, bone_value, skin_value),
+                            projection=np.where(bone_decides[:, None], bone_projection, hit.closest),
+                            skin_value=skin_value, bone_value=bone_value, bone_label=bone_label)
 
     def __call__(self, local_points):
-        value, projection, *_ = self.world(self.frame.world(local_points))
-        return value, self.frame.local(projection)
+        sample = self.world(self.frame.world(local_points))
+        return sample.value, self.frame.local(sample.projection)
 
     def depth_along(self, starts, directions, step, max_depth):
         """Distance from each start along its direction until leaving the tissue.
@@ -82,7 +90,7 @@ class TissueField:
         """
         distances = np.arange(1, int(max_depth / step) + 1) * step
         points = starts[:, None, :] + directions[:, None, :] * distances[None, :, None]
-        value = self.world(points.reshape(-1, 3))[0].reshape(len(starts), -1)
+        value = self.world(points.reshape(-1, 3)).value.reshape(len(starts), -1)
         outside = value > 0
         rows = np.arange(len(starts))
         first_out = np.where(outside.any(1), outside.argmax(1), len(distances) - 1)
@@ -203,44 +211,27 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
         raise ModelBuildError(f"{int((volumes <= 0).sum())} tets ended up inverted; please report this rig.")
     clock.lap("tet mesh", f"{len(tets)} tets, {len(nodes)} nodes")
 
-    # Boundary faces: bone or skin, whichever surface they lie on.
-    faces, _ = boundary_faces(tets)
-    centres = nodes[faces].mean(1)
-    _, _, _, face_bone_label, skin_value, bone_value = tissue.world(centres)
-    face_is_bone = np.abs(bone_value) < np.abs(skin_value)
+    faces, face_is_bone, face_bone_label = _classify_boundary(tissue, nodes, tets)
     attached, bone_normal = bone_surface_nodes(nodes, faces, face_is_bone)
-    _, _, _, node_bone, _, _ = tissue.world(nodes[attached])
+    node_bone = tissue.world(nodes[attached]).bone_label
     kind = split_pin_slide(nodes[attached], node_bone, landmarks, jaw.condyles)
     clock.lap("attachments", f"{int((kind == PIN).sum())} pinned, {int((kind == SLIDE).sum())} sliding nodes")
 
-    normals = vertex_normals(rig.vertices, triangles)
-    anchors = dict(landmarks.position)
-    anchors["mouth"] = (landmarks["upper_lip"] + landmarks["lower_lip"]) / 2
-    anchors["condyle_L"], anchors["condyle_R"] = jaw.condyles
-    placer = MusclePlacer(rig.vertices, triangles, normals, ~cavity, landmarks, anchors,
-                          lambda starts, directions: tissue.depth_along(starts, directions, 0.0005 * landmarks.scale,
-                                                                        0.045 * landmarks.scale))
-    muscles = placer.place("L") + placer.place("R")
-    muscles.sort(key=lambda m: m.name)
+    muscles = _place_muscles(rig, triangles, prepared)
     fraction, mean_param = muscle_fractions(nodes, tets, muscles, options.samples_per_tet)
     passive = np.clip(1.0 - fraction.sum(1), 0.0, 1.0)
     clock.lap("muscles", f"{len(muscles)} muscles, {int((fraction.sum(1) > 0).sum())} tets with muscle")
 
-    def skin_normal_at(points):
-        hit = skin.closest.query(points)
-        direction = hit.closest - points
-        inside = skin.inside(points)
-        direction[~inside] *= -1
-        return direction / np.maximum(np.linalg.norm(direction, axis=1, keepdims=True), 1e-12)
-
-    directions, direction_report = contraction_frames(nodes, tets, fraction, mean_param, muscles, skin_normal_at)
+    directions, direction_report = contraction_frames(nodes, tets, fraction, mean_param, muscles,
+                                                      skin.outward_normal_at)
     clock.lap("directions", "Laplace contraction directions")
 
     embed_tet, embed_weights, outside = embed_points(nodes, tets, rig.vertices)
     mass = np.zeros(len(nodes))
     for k in range(4):
         np.add.at(mass, tets[:, k], DENSITY_KG_PER_M3 * volumes / 4)
-    clock.lap("embedding", f"skin embedded; farthest vertex {outside.max() * 1e3:.2f} mm outside the tets")
+    clock.lap("embedding", f"skin embedded; {int((outside > 0.002).sum())} of {len(outside)} vertices more than "
+                           f"2 mm outside the tets (farthest {outside.max() * 1e3:.1f} mm)")
 
     bone_vertices, bone_triangles, bone_tri_label = _bone_surface(nodes, faces[face_is_bone], face_bone_label[face_is_bone])
     quality = tet_quality(nodes, tets)
@@ -265,6 +256,8 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
         "muscle_volume_m3": {m.name: float(v) for m, v in zip(muscles, muscle_volume)},
         "muscle_direction_method": direction_report,
         "embedding_max_outside_m": float(outside.max()),
+        "embedding_vertices_outside": {"over_1mm": int((outside > 0.001).sum()), "over_2mm": int((outside > 0.002).sum()),
+                                       "total": int(len(outside))},
         "timings_s": options.timings,
     }
     model = {
@@ -295,6 +288,26 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
     info["timings_s"] = dict(options.timings)
     model["build_info"] = np.array(json.dumps(info))
     return model
+
+
+def _classify_boundary(tissue, nodes, tets):
+    """Boundary faces of the tet mesh, whether each lies on bone (else skin), and its bone label."""
+    faces, _ = boundary_faces(tets)
+    sample = tissue.world(nodes[faces].mean(1))
+    return faces, np.abs(sample.bone_value) < np.abs(sample.skin_value), sample.bone_label
+
+
+def _place_muscles(rig, triangles, prepared):
+    """The atlas placed on this face, left and right, sorted by name."""
+    landmarks, jaw, tissue = prepared.landmarks, prepared.jaw, prepared.field
+    anchors = dict(landmarks.position)
+    anchors["mouth"] = (landmarks["upper_lip"] + landmarks["lower_lip"]) / 2
+    anchors["condyle_L"], anchors["condyle_R"] = jaw.condyles
+    step, reach = 0.0005 * landmarks.scale, 0.045 * landmarks.scale
+    placer = MusclePlacer(rig.vertices, triangles, vertex_normals(rig.vertices, triangles), ~prepared.cavity,
+                          landmarks, anchors, lambda starts, directions: tissue.depth_along(starts, directions,
+                                                                                            step, reach))
+    return sorted(placer.place("L") + placer.place("R"), key=lambda muscle: muscle.name)
 
 
 def _bone_surface(nodes, faces, labels):

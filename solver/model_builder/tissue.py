@@ -80,8 +80,12 @@ class SkinField:
         sign = np.where(self.inside(points), -1.0, 1.0)
         return sign * hit.distance, hit
 
-    def project(self, points):
-        return self.closest.query(points).closest
+    def outward_normal_at(self, points):
+        """Unit direction (p,3) from each point toward the outside across the nearest skin."""
+        hit = self.closest.query(points)
+        direction = hit.closest - points
+        direction[~self.inside(points)] *= -1
+        return direction / np.maximum(np.linalg.norm(direction, axis=1, keepdims=True), 1e-12)
 
 
 class _MeshBone:
