@@ -101,6 +101,8 @@ def measure(target_tets: int) -> dict:
         "pinned_nodes": int(len(model["pin_nodes"])),
         "sliding_nodes": int(len(model["slide_nodes"])),
         "embedding_max_outside_mm": round(info["embedding_max_outside_m"] * 1e3, 3),
+        "skin_vertices_over_2mm_outside": info["embedding_vertices_outside"]["over_2mm"],
+        "skin_vertices": info["embedding_vertices_outside"]["total"],
     }
 
 
@@ -123,7 +125,8 @@ def print_report(result: dict) -> None:
     print(f"tissue volume: tets {volume['tets_cm3']:.1f} cm3 vs Monte-Carlo {volume['monte_carlo_cm3']:.1f} "
           f"+- {volume['monte_carlo_stderr_cm3']:.1f} cm3 ({volume['relative_difference_percent']:+.2f} %)")
     print(f"muscles: {result['muscles']}, pinned nodes: {result['pinned_nodes']}, sliding nodes: "
-          f"{result['sliding_nodes']}, farthest skin vertex outside the tets: {result['embedding_max_outside_mm']:.2f} mm")
+          f"{result['sliding_nodes']}, farthest skin vertex outside the tets: {result['embedding_max_outside_mm']:.2f} mm "
+          f"({result['skin_vertices_over_2mm_outside']} of {result['skin_vertices']} skin vertices over 2 mm outside)")
 
 
 def main(argv=None) -> int:
