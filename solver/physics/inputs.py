@@ -1,0 +1,275 @@
+"""The input files of `python -m solver animate`: ACTIVATIONS.npz and MAPS.npz (issue 3).
+
+Both are `.npz` archives read with allow_pickle=False and validated against the model they
+drive; every problem raises `AnimationInputError` whose message starts with the offending key
+(or the file) and says how to fix it. Unknown keys are refused too, so a misspelt optional
+key (`head_transform`, `paralyzed_muscles`) cannot be silently ignored.
+
+ACTIVATIONS.npz, T frames:
+  muscle_contraction (T, m)   contraction γ > 0 per muscle along its fibre (1 = rest, > 1 contracts)
+  muscle_names (m,) str       optional: the muscle of each column; default the model's muscle_names
+                              order. Model muscles not listed stay at rest (γ = 1)
+  activations (T, A, 6)       instead of muscle_contraction: raw activation 6-vectors
+                              (xx, yy, zz, yz, xz, xy) of the model's A active tets
+                              (`activation.active_tet_indices`), each a positive-definite S
+  jaw (T, 5)                  jaw parameters b: rotations about the hinge x and the vertical y axis
+                              (radians), translation x, y, z (metres), in the jaw frame
+  head_transforms (T, 4, 4)   optional rigid skull transform per frame [[R, t], [0 0 0 1]];
+                              default identity
+  fps ()                      optional frame rate, default 24
+
+MAPS.npz, every key optional; per-rig-vertex arrays have the model's skin vertex count V:
+  fat (V,)                    in [0, 1]: where fat grows or shrinks with the fat scale
+  stiffness (V,)              > 0: multiplier of μ and λ (1 = unchanged)
+  density (V,)                > 0: multiplier of the tissue density (1 = 1000 kg/m³)
+  paralysis (V,)              in [0, 1]: share of the activation lost (1 = passive)
+  paralysed_muscles () or (k,) str   model muscle names that cannot activate
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
+
+import numpy as np
+
+from ..npz_files import write_npz_atomically
+from .activation import active_tet_indices, tet_activations, tet_activations_from_vectors
+
+DEFAULT_FPS = 24.0
+ACTIVATION_KEYS = ("muscle_contraction", "muscle_names", "activations", "jaw", "head_transforms", "fps")
+MAP_ARRAY_KEYS = ("fat", "stiffness", "density", "paralysis")
+MAP_KEYS = MAP_ARRAY_KEYS + ("paralysed_muscles",)
+JAW_PARAMETERS = 5
+RIGID_TOLERANCE = 1e-6
+
+
+class AnimationInputError(ValueError):
+    """An ACTIVATIONS.npz or MAPS.npz file is unreadable or does not fit the model; the message
+    starts with the key (or the file) and says how to fix it."""
+
+
+@dataclass(frozen=True)
+class ActivationInput:
+    """The validated content of ACTIVATIONS.npz. Exactly one of `muscle_contraction` (columns in
+    the model's muscle order, named by `muscle_names`) and `activations` is set."""
+    jaw: np.ndarray                                   # (T, 5)
+    head_transforms: np.ndarray                       # (T, 4, 4), identity when the file has none
+    muscle_contraction: Optional[np.ndarray] = None   # (T, m) γ
+    muscle_names: Optional[np.ndarray] = None         # (m,) str, the columns of muscle_contraction
+    activations: Optional[np.ndarray] = None          # (T, A, 6)
+    fps: float = DEFAULT_FPS
+
+    @property
+    def frame_count(self) -> int:
+        return len(self.jaw)
+
+    def tet_activations(self, model, frame: int) -> np.ndarray:
+        """Activation matrices (M, 3, 3) of every tet at `frame` (before any paralysis)."""
+        if self.muscle_contraction is not None:
+            return tet_activations(model, self.muscle_contraction[frame])
+        return tet_activations_from_vectors(self.activations[frame], active_tet_indices(model), len(model["tets"]))
+
+
+@dataclass(frozen=True)
+class MapsInput:
+    """The validated content of MAPS.npz: per-skin-vertex maps (None where absent)."""
+    fat: Optional[np.ndarray] = None
+    stiffness: Optional[np.ndarray] = None
+    density: Optional[np.ndarray] = None
+    paralysis: Optional[np.ndarray] = None
+    paralysed_muscles: Tuple[str, ...] = field(default_factory=tuple)
+
+
+def _read_npz(path, accepted_keys, what) -> dict:
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise AnimationInputError(f"{path}: no such {what} file.")
+    fix = "Write it with numpy.savez: numeric and str arrays only, no Python objects."
+    unreadable = (OSError, ValueError, zipfile.BadZipFile, EOFError)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except unreadable as error:
+        raise AnimationInputError(f"{path}: not a readable {what} file ({error}). {fix}") from error
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise AnimationInputError(f"{path}: a single .npy array, not an .npz archive of named arrays. {fix}")
+    try:
+        with loaded:
+            arrays = {key: loaded[key] for key in loaded.files}
+    except unreadable as error:   # a damaged member, or a pickled object array
+        raise AnimationInputError(f"{path}: not a readable {what} file ({error}). {fix}") from error
+    unknown = sorted(set(arrays) - set(accepted_keys))
+    if unknown:
+        raise AnimationInputError(f"{unknown[0]}: not one of the keys of {what}.npz "
+                                  f"({', '.join(accepted_keys)}). Rename or remove it.")
+    return arrays
+
+
+def _numeric(arrays, key, shape, fix) -> np.ndarray:
+    """arrays[key] as float64 with the expected shape (None = any size) and finite entries."""
+    value = arrays[key]
+    if value.dtype.kind not in "fiu":
+        raise AnimationInputError(f"{key}: expected numbers, found dtype {value.dtype}. {fix}")
+    if value.ndim != len(shape) or any(want is not None and want != got for want, got in zip(shape, value.shape)):
+        sizes = ["any" if size is None else str(size) for size in shape]
+        expected = "(" + ", ".join(sizes) + ("," if len(shape) == 1 else "") + ")"
+        raise AnimationInputError(f"{key}: expected shape {expected}, found {value.shape}. {fix}")
+    value = value.astype(np.float64)
+    if not np.all(np.isfinite(value)):
+        raise AnimationInputError(f"{key}: contains NaN or infinite values. {fix}")
+    return value
+
+
+def _names(arrays, key, allow_scalar=False) -> list:
+    value = arrays[key]
+    if value.dtype.kind != "U" or not (value.ndim == 1 or (allow_scalar and value.ndim == 0)):
+        raise AnimationInputError(f"{key}: expected a 1-D array of str names, found dtype {value.dtype} and "
+                                  f"shape {value.shape}. Store e.g. np.array(['zygomaticus_major_L']).")
+    names = [str(name) for name in np.atleast_1d(value)]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise AnimationInputError(f"{key}: {repeated[0]!r} is listed twice. List each muscle once.")
+    return names
+
+
+def _check_known_muscles(key, names, model):
+    model_names = [str(name) for name in model["muscle_names"]]
+    for name in names:
+        if name not in model_names:
+            raise AnimationInputError(f"{key}: unknown muscle {name!r}. The model's muscles are "
+                                      f"{', '.join(model_names)}.")
+
+
+def _contraction_columns(arrays, model, frame_count) -> Tuple[np.ndarray, np.ndarray]:
+    """muscle_contraction reordered into the model's muscle order, absent muscles at rest."""
+    model_names = [str(name) for name in model["muscle_names"]]
+    fix = f"Give one contraction γ > 0 per muscle for each of the {frame_count} frames of jaw (1 = rest)."
+    if "muscle_names" in arrays:
+        names = _names(arrays, "muscle_names")
+        _check_known_muscles("muscle_names", names, model)
+    else:
+        names = model_names
+    contraction = _numeric(arrays, "muscle_contraction", (frame_count, len(names)),
+                           fix + ("" if "muscle_names" in arrays else
+                                  f" Without muscle_names the columns are the model's {len(names)} muscles, in order."))
+    if np.any(contraction <= 0.0):
+        raise AnimationInputError(f"muscle_contraction: contains values ≤ 0 (minimum {contraction.min():g}). "
+                                  f"γ is a length ratio: 1 = rest, > 1 contracts, between 0 and 1 stretches.")
+    in_model_order = np.ones((frame_count, len(model_names)))
+    in_model_order[:, [model_names.index(name) for name in names]] = contraction
+    return in_model_order, np.asarray(model_names)
+
+
+def _raw_activations(arrays, model, frame_count) -> np.ndarray:
+    active_count = len(active_tet_indices(model))
+    activations = _numeric(arrays, "activations", (frame_count, active_count, 6),
+                           f"Give for each of the {frame_count} frames of jaw one 6-vector (xx, yy, zz, yz, xz, xy) "
+                           f"per active tet: the model has {active_count} (muscle fraction > 0, by tet index).")
+    xx, yy, zz, yz, xz, xy = np.moveaxis(activations, -1, 0)
+    # Sylvester's criterion: S is positive definite iff its leading principal minors are positive.
+    determinant = xx * (yy * zz - yz * yz) - xy * (xy * zz - yz * xz) + xz * (xy * yz - yy * xz)
+    not_positive_definite = (xx <= 0.0) | (xx * yy - xy * xy <= 0.0) | (determinant <= 0.0)
+    if np.any(not_positive_definite):
+        frame, tet = np.argwhere(not_positive_definite)[0]
+        raise AnimationInputError(f"activations: frame {frame}, active tet {tet} is not positive definite; an "
+                                  f"activation stretches and squeezes but cannot flip or flatten tissue. "
+                                  f"The neutral activation is (1, 1, 1, 0, 0, 0).")
+    return activations
+
+
+def _head_transforms(arrays, frame_count) -> np.ndarray:
+    if "head_transforms" not in arrays:
+        return np.tile(np.eye(4), (frame_count, 1, 1))
+    transforms = _numeric(arrays, "head_transforms", (frame_count, 4, 4),
+                          f"Give one 4×4 rigid transform [[R, t], [0 0 0 1]] for each of the {frame_count} "
+                          f"frames of jaw.")
+    if np.max(np.abs(transforms[:, 3] - [0.0, 0.0, 0.0, 1.0])) > RIGID_TOLERANCE:
+        raise AnimationInputError("head_transforms: the last row of every transform must be (0, 0, 0, 1).")
+    rotations = transforms[:, :3, :3]
+    orthonormality = np.max(np.abs(np.einsum("tki,tkj->tij", rotations, rotations) - np.eye(3)), axis=(1, 2))
+    if np.any(orthonormality > RIGID_TOLERANCE) or np.any(np.linalg.det(rotations) <= 0.0):
+        frame = int(np.argmax((orthonormality > RIGID_TOLERANCE) | (np.linalg.det(rotations) <= 0.0)))
+        raise AnimationInputError(f"head_transforms: frame {frame} is not rigid (its 3×3 block must be a "
+                                  f"rotation: orthonormal, det +1, no scale or shear).")
+    return transforms
+
+
+def load_activations(path, model) -> ActivationInput:
+    """Read and validate ACTIVATIONS.npz for `model` (a dict of model arrays)."""
+    arrays = _read_npz(path, ACTIVATION_KEYS, "ACTIVATIONS")
+    if "jaw" not in arrays:
+        raise AnimationInputError("jaw: missing. Give the 5 jaw parameters per frame; zeros (T, 5) keep the jaw "
+                                  "closed and at rest.")
+    if ("muscle_contraction" in arrays) == ("activations" in arrays):
+        raise AnimationInputError("muscle_contraction: give exactly one of muscle_contraction (T, m) and raw "
+                                  "activations (T, A, 6); the file has " +
+                                  ("both." if "activations" in arrays else "neither."))
+    if "muscle_names" in arrays and "activations" in arrays:
+        raise AnimationInputError("muscle_names: names the columns of muscle_contraction, which this file does "
+                                  "not have; remove it.")
+    jaw = _numeric(arrays, "jaw", (None, JAW_PARAMETERS),
+                   "Give per frame the hinge and vertical rotations (radians) and x, y, z translation (metres).")
+    frame_count = len(jaw)
+    if frame_count == 0:
+        raise AnimationInputError("jaw: has no frames; an animation needs at least one.")
+    fps = DEFAULT_FPS
+    if "fps" in arrays:
+        fps_value = _numeric(arrays, "fps", (), "Store the frame rate as one number, e.g. np.float64(24).")
+        if fps_value <= 0.0:
+            raise AnimationInputError(f"fps: must be > 0, found {float(fps_value):g}.")
+        fps = float(fps_value)
+    contraction = names = activations = None
+    if "muscle_contraction" in arrays:
+        contraction, names = _contraction_columns(arrays, model, frame_count)
+    else:
+        activations = _raw_activations(arrays, model, frame_count)
+    return ActivationInput(jaw=jaw, head_transforms=_head_transforms(arrays, frame_count),
+                           muscle_contraction=contraction, muscle_names=names, activations=activations, fps=fps)
+
+
+def load_maps(path, model) -> MapsInput:
+    """Read and validate MAPS.npz for `model`."""
+    arrays = _read_npz(path, MAP_KEYS, "MAPS")
+    vertex_count = len(model["skin_vertices"])
+    ranges = {"fat": (0.0, 1.0, True), "stiffness": (0.0, np.inf, False),
+              "density": (0.0, np.inf, False), "paralysis": (0.0, 1.0, True)}
+    maps = {}
+    for key in MAP_ARRAY_KEYS:
+        if key not in arrays:
+            continue
+        low, high, low_included = ranges[key]
+        values = _numeric(arrays, key, (vertex_count,),
+                          f"Give one value per rig vertex: the model has {vertex_count} skin vertices.")
+        below = values < low if low_included else values <= low
+        if np.any(below) or np.any(values > high):
+            allowed = f"[{low:g}, {high:g}]" if np.isfinite(high) else f"> {low:g}"
+            raise AnimationInputError(f"{key}: values must be {allowed}, found {values.min():g} … {values.max():g}.")
+        maps[key] = values
+    paralysed = ()
+    if "paralysed_muscles" in arrays:
+        paralysed = tuple(_names(arrays, "paralysed_muscles", allow_scalar=True))
+        _check_known_muscles("paralysed_muscles", paralysed, model)
+    return MapsInput(paralysed_muscles=paralysed, **maps)
+
+
+def save_activations(path, activation_input: ActivationInput) -> None:
+    """Write ACTIVATIONS.npz atomically (for tests and tools; `load_activations` validates)."""
+    arrays = {"jaw": activation_input.jaw, "head_transforms": activation_input.head_transforms,
+              "fps": np.float64(activation_input.fps)}
+    if activation_input.muscle_contraction is not None:
+        arrays["muscle_contraction"] = activation_input.muscle_contraction
+        if activation_input.muscle_names is not None:
+            arrays["muscle_names"] = np.asarray(activation_input.muscle_names, dtype=str)
+    if activation_input.activations is not None:
+        arrays["activations"] = activation_input.activations
+    write_npz_atomically(path, {key: np.asarray(value) for key, value in arrays.items()})
+
+
+def save_maps(path, maps_input: MapsInput) -> None:
+    """Write MAPS.npz atomically (for tests and tools; `load_maps` validates)."""
+    arrays = {key: np.asarray(getattr(maps_input, key), dtype=np.float64)
+              for key in MAP_ARRAY_KEYS if getattr(maps_input, key) is not None}
+    if maps_input.paralysed_muscles:
+        arrays["paralysed_muscles"] = np.asarray(maps_input.paralysed_muscles, dtype=str)
+    write_npz_atomically(path, arrays)

@@ -1,0 +1,233 @@
+"""Newton's method on the reduced unknowns q of x = P q + c, factorised with CHOLMOD.
+
+The objective is anything with
+
+    energy(x) -> float,  gradient(x) -> (3N,),  hessian(x) -> 3N × 3N CSR with a fixed pattern,
+
+called with x as the node-major (3N,) vector (docs/physics.md); the integrator plugs in the
+elastic + gravity + inertia sum. Each iteration solves (Pᵀ H P) d = −Pᵀ ∇E and backtracks
+along d until the energy decreases enough (Armijo), so the energy history never increases.
+
+CHOLMOD's symbolic analysis (fill-reducing ordering, supernodal structure) is done once per
+reduced-Hessian pattern, which ``BoneConstraints.reduce_hessian`` keeps identical across
+iterations and frames; each iteration only refactorises the numbers (``cholesky_inplace``).
+The supernodal factorisation is an LLᵀ that stops with "not positive definite" instead of
+silently producing an indefinite LDLᵀ, so a Hessian that is not positive definite (a rigid
+mode left unconstrained, an energy whose Hessian was not projected) is caught and retried
+with a diagonal shift H + βI, β growing tenfold from 1e-8 × the mean diagonal: a shifted
+Newton step still points downhill, and the shift is recorded per iteration.
+
+Convergence: ‖Pᵀ∇E‖_∞ ≤ tolerance × force_scale, where force_scale is the caller's measure of
+the loads (e.g. the gravity and activation force magnitude), by default the residual at the
+start. A solve that stops without meeting it returns converged=False and says why.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import MatrixRankWarning, spsolve
+from sksparse import cholmod
+
+from .constraints import BoneConstraints
+
+DEFAULT_TOLERANCE = 1e-6
+DEFAULT_MAX_ITERATIONS = 50
+ARMIJO_FRACTION = 1e-4          # accept a step that achieves this fraction of the predicted decrease
+MAX_STEP_HALVINGS = 40          # 2⁻⁴⁰ ≈ 1e-12 of the Newton step: below that nothing is gained
+FIRST_SHIFT_RELATIVE = 1e-8     # first diagonal shift, relative to the mean |diagonal|
+SHIFT_GROWTH = 10.0
+MAX_SHIFT_ATTEMPTS = 14         # up to 1e5 × the mean diagonal: a scaled gradient step
+
+
+class Objective(Protocol):
+    def energy(self, x: np.ndarray) -> float: ...
+
+    def gradient(self, x: np.ndarray) -> np.ndarray: ...
+
+    def hessian(self, x: np.ndarray) -> sp.csr_matrix: ...
+
+
+class HessianNotPositiveDefinite(RuntimeError):
+    """Even the largest diagonal shift did not give a usable descent direction."""
+
+
+@dataclass
+class NewtonResult:
+    x: np.ndarray                   # (3N,) final configuration (the start if nothing was accepted)
+    q: np.ndarray                   # (n,) its reduced coordinates
+    converged: bool
+    reason: str                     # why the solve stopped, converged or not
+    iterations: int                 # Newton steps taken
+    force_scale: float
+    threshold: float                # tolerance × force_scale, the residual to reach
+    residuals: list[float] = field(default_factory=list)   # ‖Pᵀ∇E‖_∞ at the start and after each step
+    energies: list[float] = field(default_factory=list)    # E at the start and after each step
+    shifts: list[float] = field(default_factory=list)      # diagonal shift β used by each step (0: none)
+    seconds: float = 0.0
+
+
+class CholmodLinearSolver:
+    """Solves (Pᵀ H P) d = r by supernodal Cholesky, reusing one symbolic analysis per pattern."""
+
+    def __init__(self):
+        self._factor = None
+        self._indptr = self._indices = None
+        self.symbolic_analyses = 0
+
+    def _analyse_if_new_pattern(self, matrix: sp.csc_matrix):
+        same_pattern = self._factor is not None and (
+            (matrix.indptr is self._indptr and matrix.indices is self._indices)
+            or (np.array_equal(matrix.indptr, self._indptr) and np.array_equal(matrix.indices, self._indices)))
+        if not same_pattern:
+            self._factor = cholmod.analyze(matrix, mode="supernodal")
+            self._indptr, self._indices = matrix.indptr, matrix.indices
+            self.symbolic_analyses += 1
+
+    def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray) -> tuple[np.ndarray, float]:
+        """(solution of (matrix + βI) d = rhs, β), with β = 0 unless the matrix is not positive definite."""
+        self._analyse_if_new_pattern(matrix)
+        for shift in _shift_sequence(matrix):
+            try:
+                self._factor.cholesky_inplace(matrix, beta=shift)
+            except cholmod.CholmodNotPositiveDefiniteError:
+                continue
+            return self._factor.solve_A(rhs), shift
+        raise HessianNotPositiveDefinite(
+            f"reduced Hessian not positive definite even with a diagonal shift of {shift:.3g}")
+
+
+class SpsolveLinearSolver:
+    """The same solve with scipy's general sparse LU (SuperLU): the benchmark's baseline.
+
+    LU cannot tell a positive definite matrix from an indefinite one, so here the shift is
+    raised until the solution is a descent direction (d · rhs > 0, rhs = −∇E)."""
+
+    def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray) -> tuple[np.ndarray, float]:
+        identity = sp.eye(matrix.shape[0], format="csc")
+        for shift in _shift_sequence(matrix):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MatrixRankWarning)    # a singular matrix gives NaNs, handled below
+                direction = np.atleast_1d(spsolve(matrix + shift * identity if shift else matrix, rhs))
+            if np.all(np.isfinite(direction)) and direction @ rhs > 0.0:
+                return direction, shift
+        raise HessianNotPositiveDefinite(f"no descent direction even with a diagonal shift of {shift:.3g}")
+
+
+def _shift_sequence(matrix):
+    """0, then diagonal shifts growing tenfold from FIRST_SHIFT_RELATIVE × the mean |diagonal|."""
+    yield 0.0
+    diagonal_scale = float(np.abs(matrix.diagonal()).mean()) if matrix.shape[0] else 0.0
+    # An all-zero diagonal has no scale of its own; start from 1 in the Hessian's units then.
+    shift = FIRST_SHIFT_RELATIVE * (diagonal_scale if diagonal_scale > 0.0 else 1.0)
+    for _ in range(MAX_SHIFT_ATTEMPTS):
+        yield shift
+        shift *= SHIFT_GROWTH
+
+
+def _max_norm(vector: np.ndarray) -> float:
+    return float(np.abs(vector).max()) if vector.size else 0.0
+
+
+def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_solver, x0: np.ndarray, *,
+                    tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
+                    force_scale: float | None = None) -> NewtonResult:
+    """Minimise the objective over q in the constraints' current frame, starting from x0
+    projected onto the constraints. ``linear_solver`` is a CholmodLinearSolver (production)
+    or SpsolveLinearSolver (baseline)."""
+    start_time = time.perf_counter()
+    q = constraints.q_from_x(x0)
+    x = constraints.x_from_q(q)
+    energy = float(objective.energy(x))
+    reduced_gradient = constraints.reduce_gradient(objective.gradient(x))
+    residual = _max_norm(reduced_gradient)
+    scale = residual if force_scale is None else float(force_scale)
+    threshold = tolerance * scale
+    result = NewtonResult(x=x, q=q, converged=False, reason="", iterations=0, force_scale=scale,
+                          threshold=threshold, residuals=[residual], energies=[energy])
+
+    def finish(converged: bool, reason: str) -> NewtonResult:
+        result.x, result.q, result.converged, result.reason = x, q, converged, reason
+        result.seconds = time.perf_counter() - start_time
+        return result
+
+    if not (np.isfinite(energy) and np.isfinite(residual)):
+        return finish(False, "the starting configuration has a non-finite energy or gradient (inverted elements?)")
+
+    while True:
+        if residual <= threshold:
+            return finish(True, f"residual {residual:.3g} ≤ {threshold:.3g} after {result.iterations} iterations")
+        if result.iterations >= max_iterations:
+            return finish(False, f"no convergence in {max_iterations} iterations: residual {residual:.3g} "
+                                 f"> {threshold:.3g}")
+        reduced_hessian = constraints.reduce_hessian(objective.hessian(x))
+        try:
+            direction, shift = linear_solver.solve(reduced_hessian, -reduced_gradient)
+        except HessianNotPositiveDefinite as error:
+            return finish(False, str(error))
+
+        slope = float(reduced_gradient @ direction)       # < 0: a descent direction
+        step = 1.0
+        for _ in range(MAX_STEP_HALVINGS + 1):
+            trial_q = q + step * direction
+            trial_x = constraints.x_from_q(trial_q)
+            trial_energy = float(objective.energy(trial_x))
+            if np.isfinite(trial_energy) and trial_energy <= energy + ARMIJO_FRACTION * step * slope:
+                break
+            step *= 0.5
+        else:
+            return finish(False, f"the line search found no sufficient energy decrease along the Newton direction "
+                                 f"(residual {residual:.3g} > {threshold:.3g}): the tolerance may be below the "
+                                 f"energy's round-off, or the energy is not smooth here")
+
+        q, x, energy = trial_q, trial_x, trial_energy
+        reduced_gradient = constraints.reduce_gradient(objective.gradient(x))
+        residual = _max_norm(reduced_gradient)
+        result.iterations += 1
+        result.energies.append(energy)
+        result.residuals.append(residual)
+        result.shifts.append(shift)
+        if not np.isfinite(residual):
+            return finish(False, "the gradient became non-finite")
+
+
+class NewtonSolver:
+    """Quasi-static / implicit-step Newton solver on CHOLMOD, kept for a whole animation so the
+    symbolic analysis is shared by every iteration of every frame."""
+
+    def __init__(self, objective: Objective, constraints: BoneConstraints,
+                 tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS):
+        self.objective = objective
+        self.constraints = constraints
+        self.tolerance = tolerance
+        self.max_iterations = max_iterations
+        self._linear_solver = CholmodLinearSolver()
+
+    @property
+    def symbolic_analyses(self) -> int:
+        """How many CHOLMOD symbolic analyses this solver has done (1 while the pattern holds)."""
+        return self._linear_solver.symbolic_analyses
+
+    def solve(self, x0: np.ndarray, skull_transform: np.ndarray | None = None,
+              jaw_transform: np.ndarray | None = None, force_scale: float | None = None) -> NewtonResult:
+        """Solve one frame, warm-started from x0 ((3N,) or (N, 3)): with the bone transforms
+        given the constraints move to that frame first, otherwise their current frame is used."""
+        self.constraints.use_frame(skull_transform, jaw_transform)
+        return newton_minimise(self.objective, self.constraints, self._linear_solver, x0,
+                               tolerance=self.tolerance, max_iterations=self.max_iterations,
+                               force_scale=force_scale)
+
+
+def solve_reference_spsolve(objective: Objective, constraints: BoneConstraints, x0: np.ndarray,
+                            skull_transform: np.ndarray | None = None, jaw_transform: np.ndarray | None = None,
+                            *, tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
+                            force_scale: float | None = None) -> NewtonResult:
+    """The same Newton loop with scipy's spsolve for each step: the baseline CHOLMOD is
+    measured against (bench/newton_solve.py) and a cross-check in the tests."""
+    constraints.use_frame(skull_transform, jaw_transform)
+    return newton_minimise(objective, constraints, SpsolveLinearSolver(), x0, tolerance=tolerance,
+                           max_iterations=max_iterations, force_scale=force_scale)

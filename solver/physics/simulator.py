@@ -1,0 +1,224 @@
+"""Forward physics of a face model, frame by frame (paper 000 §4 Eq. 3, §6 "Dynamics").
+
+Each frame minimises, over the node positions left free by the bone constraints,
+
+    E(x) = E_pass + E_act(S)                        co-rotated tissue (corotated.py)
+         + [− Σ m_j g·x_j]                          gravity, when enabled
+         + [(1/2h²) (x − x̂)ᵀ M (x − x̂)]            backward-Euler inertia, x̂ = x_n + h v_n
+         − f_ext·x                                  wind on the skin, held for the frame
+
+with Newton on CHOLMOD (newton.py). Writing a constant external force as the potential
+−f·x is the same as Phace's x̂ + h²M⁻¹f_ext shift of the inertia target, and also works
+quasi-statically. Plasticity (fat) scales each tet's rest shape; stiffness and density maps
+scale μ, λ and the lumped masses; paralysis pulls activations toward the identity.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..geometry import triangle_normals_areas
+from .activation import apply_paralysis
+from .bones import bone_transforms
+from .constraints import BoneConstraints
+from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
+from .newton import NewtonSolver
+
+STANDARD_GRAVITY = 9.81
+AIR_DENSITY = 1.2           # kg/m³
+WIND_DRAG_COEFFICIENT = 1.0
+# Convergence is judged on the reduced force residual relative to the forces that drive the
+# frame; this floor (N) keeps "no force at all" frames from demanding a zero residual.
+MIN_FORCE_SCALE = 1e-6
+
+
+@dataclass
+class SimulationSettings:
+    mu: float = 1.0                     # in units of stiffness_unit (Phace default 1)
+    lam: float = 3.0                    # in units of stiffness_unit (Phace default 3)
+    stiffness_unit: float = STIFFNESS_UNIT_PA
+    gravity: bool = False
+    dynamic: bool = False
+    fps: float = 24.0
+    substeps: int = 1
+    wind: Optional[Sequence[float]] = None   # wind velocity (m/s, world axes)
+    tolerance: float = 1e-4             # force residual relative to the driving forces
+    max_iterations: int = 50
+
+
+@dataclass
+class FrameResult:
+    positions: np.ndarray               # (N,3) tet nodes
+    converged: bool
+    iterations: int
+    seconds: float
+    reason: str = ""
+
+
+@dataclass
+class MaterialOverrides:
+    """Per-tet and per-node multipliers from painted maps (maps.material_maps gives these)."""
+    plastic_scale: Optional[np.ndarray] = None        # (M,)
+    mu_multiplier: Optional[np.ndarray] = None        # (M,)
+    lambda_multiplier: Optional[np.ndarray] = None    # (M,)
+    node_mass_multiplier: Optional[np.ndarray] = None  # (N,)
+    paralysis: Optional[np.ndarray] = None            # (M,) painted paralysis weight
+    paralysed_muscles: Sequence[str] = field(default_factory=tuple)
+
+
+class _FrameObjective:
+    """The frame's total energy as the Newton solver sees it: flat x, one fixed Hessian pattern."""
+
+    def __init__(self, elasticity: CorotatedElasticity, node_mass: np.ndarray):
+        self.elasticity = elasticity
+        self.lumped_mass = np.repeat(node_mass, 3)
+        self.material: Optional[TetMaterial] = None
+        self.constant_force = np.zeros(3 * elasticity.node_count)   # gravity + wind
+        self.inertia_target: Optional[np.ndarray] = None
+        self.time_step = 0.0
+        # The exact Hessian: Newton then converges quadratically (7 iterations for gravity on the
+        # 30k-tet demo head, against 50+ with per-element PSD projection, which stalls into
+        # linear convergence near equilibrium); where it is indefinite CHOLMOD refuses it and
+        # the solver retries with a diagonal shift (newton.py).
+        self.project_hessian = False
+
+    def _inertia_weight(self):
+        return self.lumped_mass / self.time_step ** 2 if self.inertia_target is not None else None
+
+    def energy(self, x):
+        value = self.elasticity.energy(x, self.material) - self.constant_force @ x
+        weight = self._inertia_weight()
+        if weight is not None:
+            offset = x - self.inertia_target
+            value += 0.5 * offset @ (weight * offset)
+        return value
+
+    def gradient(self, x):
+        gradient = self.elasticity.gradient(x, self.material) - self.constant_force
+        weight = self._inertia_weight()
+        if weight is not None:
+            gradient += weight * (x - self.inertia_target)
+        return gradient
+
+    def hessian(self, x):
+        hessian = self.elasticity.hessian(x, self.material, project=self.project_hessian)
+        weight = self._inertia_weight()
+        if weight is not None:
+            hessian.data[self.elasticity.diagonal_entry_positions] += weight
+        return hessian
+
+
+class FaceSimulator:
+    """Runs frames of one model with fixed maps and settings; keeps the state between frames."""
+
+    def __init__(self, model: dict, settings: SimulationSettings | None = None,
+                 overrides: MaterialOverrides | None = None):
+        self.model = model
+        self.settings = settings or SimulationSettings()
+        self.overrides = overrides or MaterialOverrides()
+        o, s = self.overrides, self.settings
+        element_count, node_count = len(model["tets"]), len(model["rest_positions"])
+        self.elasticity = CorotatedElasticity(model["rest_positions"], model["tets"], rest_scale=o.plastic_scale)
+        mu = s.mu * (o.mu_multiplier if o.mu_multiplier is not None else np.ones(element_count))
+        lam = s.lam * (o.lambda_multiplier if o.lambda_multiplier is not None else np.ones(element_count))
+        self.neutral_material = TetMaterial.from_model(model, mu=mu, lam=lam, stiffness_unit=s.stiffness_unit)
+        multiplier = o.node_mass_multiplier if o.node_mass_multiplier is not None else np.ones(node_count)
+        self.node_mass = np.asarray(model["node_mass"], dtype=np.float64) * multiplier
+        self.constraints = BoneConstraints(model)
+        self.objective = _FrameObjective(self.elasticity, self.node_mass)
+        self.solver = NewtonSolver(self.objective, self.constraints, tolerance=s.tolerance,
+                                   max_iterations=s.max_iterations)
+        # Gravity points down in the rig's rest pose: the head frame's up axis at rest.
+        self.gravity_force = np.zeros(3 * node_count)
+        if s.gravity:
+            down = -np.asarray(model["head_frame"])[1]
+            self.gravity_force = (self.node_mass[:, None] * STANDARD_GRAVITY * down).reshape(-1)
+        self.positions = np.asarray(model["rest_positions"], dtype=np.float64).reshape(-1).copy()
+        self.velocity = np.zeros_like(self.positions)
+        self._skin_triangles = np.asarray(model["skin_triangles"])
+        self._embedding_tets = np.asarray(model["tets"])[np.asarray(model["skin_embedding_tet"])]
+        self._embedding_weights = np.asarray(model["skin_embedding_weights"])
+
+    # ------------------------------------------------------------------ skin and forces
+
+    def skin_positions(self, positions=None) -> np.ndarray:
+        """(V,3) rig vertices carried by the tets through the barycentric embedding."""
+        nodes = (self.positions if positions is None else np.asarray(positions)).reshape(-1, 3)
+        return np.einsum("vk,vkd->vd", self._embedding_weights, nodes[self._embedding_tets])
+
+    def wind_force(self, positions=None) -> np.ndarray:
+        """(3N,) nodal force of the wind: pressure ½ρ|w|²·C on skin triangles facing into it,
+        along the wind, spread to the skin vertices and through the embedding to the nodes."""
+        node_count = self.elasticity.node_count
+        if self.settings.wind is None or not np.any(self.settings.wind):
+            return np.zeros(3 * node_count)
+        wind = np.asarray(self.settings.wind, dtype=np.float64)
+        speed = np.linalg.norm(wind)
+        direction = wind / speed
+        normals, areas = triangle_normals_areas(self.skin_positions(positions), self._skin_triangles)
+        facing = np.clip(-(normals @ direction), 0.0, None)
+        pressure = 0.5 * AIR_DENSITY * WIND_DRAG_COEFFICIENT * speed ** 2
+        triangle_force = (pressure * areas * facing)[:, None] * direction
+        vertex_force = np.zeros((len(self._embedding_weights), 3))
+        for corner in range(3):
+            np.add.at(vertex_force, self._skin_triangles[:, corner], triangle_force / 3.0)
+        node_force = np.zeros((node_count, 3))
+        for k in range(4):
+            np.add.at(node_force, self._embedding_tets[:, k], self._embedding_weights[:, k, None] * vertex_force)
+        return node_force.reshape(-1)
+
+    # ------------------------------------------------------------------ frames
+
+    def material_for(self, activation: np.ndarray) -> TetMaterial:
+        """The neutral material with this frame's activations, paralysis applied."""
+        o = self.overrides
+        if o.paralysed_muscles or o.paralysis is not None:
+            activation = apply_paralysis(activation, self.model, paralysed_muscles=o.paralysed_muscles,
+                                         paralysis_per_tet=o.paralysis)
+        return dataclasses.replace(self.neutral_material, activation=activation)
+
+    def step(self, activation: np.ndarray, jaw=np.zeros(5), head_transform=np.eye(4)) -> FrameResult:
+        """Advance one frame (1/fps s, in `substeps` backward-Euler steps when dynamic)."""
+        started = time.perf_counter()
+        skull, jaw_transform = bone_transforms(np.asarray(head_transform, float), self.model["jaw_frame"],
+                                               np.asarray(jaw, float))
+        self.objective.material = self.material_for(activation)
+        steps = self.settings.substeps if self.settings.dynamic else 1
+        iterations, converged, reasons = 0, True, []
+        for _ in range(steps):
+            result = self._solve_step(skull, jaw_transform)
+            iterations += result.iterations
+            converged &= result.converged
+            if not result.converged:
+                reasons.append(result.reason)
+        return FrameResult(positions=self.positions.reshape(-1, 3).copy(), converged=bool(converged),
+                           iterations=iterations, seconds=time.perf_counter() - started,
+                           reason="; ".join(reasons))
+
+    def _solve_step(self, skull, jaw_transform):
+        objective = self.objective
+        objective.constant_force = self.gravity_force + self.wind_force()
+        previous = self.positions.copy()
+        if self.settings.dynamic:
+            objective.time_step = 1.0 / (self.settings.fps * self.settings.substeps)
+            objective.inertia_target = previous + objective.time_step * self.velocity
+        else:
+            objective.inertia_target = None
+        force_scale = self._force_scale()
+        result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
+                                   force_scale=force_scale)
+        self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
+        if self.settings.dynamic:
+            self.velocity = (self.positions - previous) / objective.time_step
+        return result
+
+    def _force_scale(self):
+        """The forces that drive the frame: activation pull at rest, gravity and wind."""
+        rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
+        activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(initial=0.0)
+        external = np.abs(self.objective.constant_force).max(initial=0.0)
+        return max(activation_force, external, MIN_FORCE_SCALE)
