@@ -4,6 +4,7 @@ Commands:
   demo-rig     write the built-in procedural demo head as a face rig
   build-model  turn a face rig into a volumetric model
   demo         demo head → model → pictures, into one folder
+  animate      run a model through per-frame muscle activations (forward physics)
 
 Progress goes to stderr as text, or to stdout as one JSON object per line with
 --json (`{"type": "progress"|"result"|"error", ...}`), for programs that drive the solver.
@@ -29,8 +30,8 @@ class _Reporter:
             text = fields.get("message") or json.dumps(fields)
             print(text if kind == "progress" else f"{kind}: {text}", file=sys.stderr, flush=True)
 
-    def progress(self, message):
-        self._emit("progress", message=message)
+    def progress(self, message, **fields):
+        self._emit("progress", message=message, **fields)
 
     def result(self, **fields):
         self._emit("result", **fields)
@@ -81,6 +82,41 @@ def _demo(args, report):
     report.result(pictures=[str(p) for p in pictures], message="pictures: " + ", ".join(str(p) for p in pictures))
 
 
+def _animate(args, report):
+    from .model_file import load_model
+    from .physics.animate import animate
+    from .physics.inputs import load_activations, load_maps
+    from .physics.simulator import SimulationSettings
+    model = load_model(args.model)
+    activations = load_activations(args.activations, model)
+    maps = load_maps(args.maps, model) if args.maps else None
+    settings = SimulationSettings(dynamic=args.dynamic, gravity=args.gravity, fps=activations.fps,
+                                  substeps=args.substeps, wind=args.wind)
+
+    def on_frame(event):
+        state = "" if event["converged"] else f" NOT CONVERGED ({event['reason']})"
+        report.progress(f"frame {event['frame']}/{event['frames']}: {event['newton_iterations']} Newton "
+                        f"iterations, {event['seconds']:.2f} s{state}", **event)
+
+    result = animate(model, activations, args.output, settings, maps=maps, fat_scale=args.fat_scale,
+                     progress=on_frame)
+    unconverged = int((~result.converged).sum())
+    report.result(path=str(args.output), cache=str(args.output.with_suffix(".pc2")),
+                  frames=int(len(result.converged)), unconverged_frames=unconverged,
+                  message=f"wrote {args.output} and {args.output.with_suffix('.pc2')}: {len(result.converged)} "
+                          f"frames, {unconverged} not converged")
+
+
+def _wind(text):
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"--wind takes X,Y,Z in m/s, e.g. 0,-8,0; got {text!r}")
+    return values
+
+
 def _parser():
     parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="JSON lines on stdout instead of text on stderr")
@@ -97,6 +133,17 @@ def _parser():
     demo.add_argument("--out", type=Path, default=Path("out/demo"))
     demo.add_argument("--target-tets", type=int, default=30000)
     demo.set_defaults(run=_demo)
+    run = commands.add_parser("animate", help="forward physics: MODEL.npz + ACTIVATIONS.npz → RESULT.npz and .pc2")
+    run.add_argument("model", type=Path)
+    run.add_argument("activations", type=Path)
+    run.add_argument("-o", "--output", type=Path, required=True)
+    run.add_argument("--dynamic", action="store_true", help="backward-Euler dynamics instead of quasi-statics")
+    run.add_argument("--substeps", type=int, default=1, help="time steps per frame when dynamic")
+    run.add_argument("--gravity", action="store_true")
+    run.add_argument("--wind", type=_wind, default=None, help="wind velocity X,Y,Z in m/s (world axes)")
+    run.add_argument("--maps", type=Path, help="MAPS.npz with fat/stiffness/density/paralysis maps")
+    run.add_argument("--fat-scale", type=float, default=1.0, help="plastic scale where the fat map is 1")
+    run.set_defaults(run=_animate)
     return parser
 
 
@@ -105,10 +152,11 @@ def main(argv=None) -> int:
     report = _Reporter(args.json)
     from .model_builder.errors import ModelBuildError
     from .model_file import ModelFormatError
+    from .physics.inputs import AnimationInputError
     from .rig import RigFormatError
     try:
         args.run(args, report)
-    except (RigFormatError, ModelBuildError, ModelFormatError) as error:
+    except (RigFormatError, ModelBuildError, ModelFormatError, AnimationInputError) as error:
         report.error(str(error))
         return 2
     return 0

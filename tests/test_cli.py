@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from solver.model_file import load_model
+from solver.pc2 import read_pc2
+from solver.physics.inputs import ActivationInput, save_activations
 from solver.rig import load_rig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +41,29 @@ def test_demo_rig_then_build_model_through_the_command_line(tmp_path):
     model = load_model(tmp_path / "model.npz")
     assert len(model["tets"]) == messages[-1]["tets"]
     assert 2500 < len(model["tets"]) < 6000
+
+    # animate: a jaw-opening ramp, quasi-static under gravity
+    frames = 3
+    jaw = np.zeros((frames, 5))
+    jaw[:, 0] = np.linspace(0.0, 0.15, frames)
+    save_activations(tmp_path / "act.npz", ActivationInput(
+        jaw=jaw, head_transforms=np.tile(np.eye(4), (frames, 1, 1)),
+        muscle_contraction=np.ones((frames, len(model["muscle_names"]))), fps=24.0))
+    ran = _solver("animate", "model.npz", "act.npz", "-o", "result.npz", "--gravity", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    messages = _messages(ran)
+    assert [m["frame"] for m in messages if m["type"] == "progress"] == [1, 2, 3]
+    assert messages[-1]["type"] == "result" and messages[-1]["unconverged_frames"] == 0
+    with np.load(tmp_path / "result.npz", allow_pickle=False) as result:
+        skin = result["skin_positions"]
+        assert skin.shape == (frames, len(rig.vertices), 3)
+        assert result["converged"].all() and (result["newton_iterations"] > 0).all()
+    cache, _, _ = read_pc2(tmp_path / "result.pc2")
+    np.testing.assert_allclose(cache, skin, atol=1e-6)          # float32 cache of the same frames
+    chin_landmark = model["landmark_positions"][list(model["landmark_names"]).index("chin")]
+    chin = np.argmin(np.linalg.norm(rig.vertices - chin_landmark, axis=1))
+    drop = (skin[-1, chin] - skin[0, chin]) @ model["head_frame"][1]
+    assert drop < -0.003, f"opening the jaw moved the chin by {drop * 1e3:.2f} mm along up"
 
 
 def test_a_rig_in_centimetres_is_refused_with_a_json_error_and_status_2(tmp_path):
