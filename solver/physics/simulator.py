@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
+import scipy.linalg
 
 from ..geometry import triangle_normals_areas
 from .activation import apply_paralysis
@@ -68,6 +69,14 @@ class MaterialOverrides:
     node_mass_multiplier: Optional[np.ndarray] = None  # (N,)
     paralysis: Optional[np.ndarray] = None            # (M,) painted paralysis weight
     paralysed_muscles: Sequence[str] = field(default_factory=tuple)
+
+
+def _interpolate_rigid(start: np.ndarray, end: np.ndarray, fraction: float) -> np.ndarray:
+    """The rigid transform `fraction` of the way from `start` to `end` (4×4) along the screw
+    motion between them: start · exp(fraction · log(start⁻¹ end)). A rotation about a pivot
+    stays a rotation about that pivot part of the way, with no drift of the pivot."""
+    relative = np.linalg.solve(start, end)
+    return start @ np.real(scipy.linalg.expm(fraction * np.real(scipy.linalg.logm(relative))))
 
 
 class _FrameObjective:
@@ -142,6 +151,10 @@ class FaceSimulator:
         self._skin_triangles = np.asarray(model["skin_triangles"])
         self._embedding_tets = np.asarray(model["tets"])[np.asarray(model["skin_embedding_tet"])]
         self._embedding_weights = np.asarray(model["skin_embedding_weights"])
+        # The bone pose of the last frame (the rest pose before the first), where the next
+        # frame's substeps start from.
+        self._previous_head = np.eye(4)
+        self._previous_jaw = np.zeros(5)
 
     # ------------------------------------------------------------------ skin and forces
 
@@ -182,19 +195,29 @@ class FaceSimulator:
         return dataclasses.replace(self.neutral_material, activation=activation)
 
     def step(self, activation: np.ndarray, jaw=np.zeros(5), head_transform=np.eye(4)) -> FrameResult:
-        """Advance one frame (1/fps s, in `substeps` backward-Euler steps when dynamic)."""
+        """Advance one frame (1/fps s, in `substeps` backward-Euler steps when dynamic).
+
+        Across the substeps the bones move steadily from the previous frame's pose to this
+        one's (the head transform along the screw motion between the two, the jaw parameters
+        linearly), so substeps refine the time step without turning the bone motion into a
+        jump at the first substep and a stop for the rest of the frame."""
         started = time.perf_counter()
-        skull, jaw_transform = bone_transforms(np.asarray(head_transform, float), self.model["jaw_frame"],
-                                               np.asarray(jaw, float))
+        head = np.asarray(head_transform, float)
+        jaw = np.asarray(jaw, float)
         self.objective.material = self.material_for(activation)
         steps = self.settings.substeps if self.settings.dynamic else 1
         iterations, converged, reasons = 0, True, []
-        for _ in range(steps):
+        for substep in range(1, steps + 1):
+            fraction = substep / steps
+            substep_head = head if substep == steps else _interpolate_rigid(self._previous_head, head, fraction)
+            substep_jaw = jaw if substep == steps else (1.0 - fraction) * self._previous_jaw + fraction * jaw
+            skull, jaw_transform = bone_transforms(substep_head, self.model["jaw_frame"], substep_jaw)
             result = self._solve_step(skull, jaw_transform)
             iterations += result.iterations
             converged &= result.converged
             if not result.converged:
                 reasons.append(result.reason)
+        self._previous_head, self._previous_jaw = head.copy(), jaw.copy()
         return FrameResult(positions=self.positions.reshape(-1, 3).copy(), converged=bool(converged),
                            iterations=iterations, seconds=time.perf_counter() - started,
                            reason="; ".join(reasons))
@@ -208,7 +231,7 @@ class FaceSimulator:
             objective.inertia_target = previous + objective.time_step * self.velocity
         else:
             objective.inertia_target = None
-        force_scale = self._force_scale()
+        force_scale = self._force_scale(previous, skull, jaw_transform)
         result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
                                    force_scale=force_scale)
         self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
@@ -216,9 +239,18 @@ class FaceSimulator:
             self.velocity = (self.positions - previous) / objective.time_step
         return result
 
-    def _force_scale(self):
-        """The forces that drive the frame: activation pull at rest, gravity and wind."""
+    def _force_scale(self, start, skull, jaw_transform):
+        """The forces that drive the frame: activation pull at rest, gravity and wind, and the
+        out-of-balance force the step starts with once the bones have moved to this frame
+        (what a head or jaw motion, a released stretch or the momentum of a dynamic step put
+        on the tissue). Without that last term a frame driven only by bone motion or inertia
+        had the MIN_FORCE_SCALE floor as its scale, a threshold at round-off level that Newton
+        cannot reach: converged frames were reported unconverged after 50 iterations."""
         rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
         activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(initial=0.0)
         external = np.abs(self.objective.constant_force).max(initial=0.0)
-        return max(activation_force, external, MIN_FORCE_SCALE)
+        constraints = self.constraints
+        constraints.use_frame(skull, jaw_transform)
+        projected_start = constraints.x_from_q(constraints.q_from_x(start))
+        start_force = np.abs(constraints.reduce_gradient(self.objective.gradient(projected_start))).max(initial=0.0)
+        return max(activation_force, external, start_force, MIN_FORCE_SCALE)
