@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +25,9 @@ import numpy as np
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fresh_interpreter import first_call_seconds  # noqa: E402
 
 from solver.demo_head import make_demo_rig  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
@@ -50,15 +51,6 @@ print(imported - start, assembled - imported, kernels - assembled)
 """
 
 
-def first_call_seconds(cache_directory: str) -> tuple[float, float, float]:
-    """(import, first mesh assembly, first element kernel) seconds in a fresh interpreter."""
-    environment = dict(os.environ, NUMBA_CACHE_DIR=cache_directory, PYTHONPATH=str(REPOSITORY))
-    output = subprocess.run(
-        [sys.executable, "-c", _FIRST_CALL_SCRIPT], env=environment, capture_output=True, text=True, check=True
-    ).stdout
-    return tuple(float(value) for value in output.split())
-
-
 def timed(function, repeats: int) -> tuple[float, float]:
     """Median wall and CPU milliseconds per call (CPU summed over all threads of this process)."""
     function()  # nothing first-call (allocation of the pattern's first data array, page faults) is charged
@@ -78,8 +70,8 @@ def main() -> None:
     arguments = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as cache_directory:
-        compile_import, compile_assembly, compile_kernels = first_call_seconds(cache_directory)
-        cached_import, cached_assembly, cached_kernels = first_call_seconds(cache_directory)
+        compile_import, compile_assembly, compile_kernels = first_call_seconds(_FIRST_CALL_SCRIPT, cache_directory)
+        cached_import, cached_assembly, cached_kernels = first_call_seconds(_FIRST_CALL_SCRIPT, cache_directory)
     print("first call, empty numba cache (compilation):")
     print(f"  import {compile_import:.2f} s, mesh assembly {compile_assembly:.2f} s,"
           f" element kernels {compile_kernels:.2f} s")

@@ -11,8 +11,6 @@ new machine pays; loading the cached kernels is measured too.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +21,9 @@ import numpy as np
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fresh_interpreter import first_call_seconds  # noqa: E402
 
 from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree  # noqa: E402
 
@@ -42,15 +43,6 @@ ClosestPointTree(vertices, triangles).query(points)
 closest = time.perf_counter()
 print(imported - start, winding - imported, closest - winding)
 """
-
-
-def first_call_seconds(cache_directory: str) -> tuple[float, float, float]:
-    """(import, first winding query, first closest-point query) seconds in a fresh interpreter."""
-    environment = dict(os.environ, NUMBA_CACHE_DIR=cache_directory, PYTHONPATH=str(REPOSITORY))
-    output = subprocess.run(
-        [sys.executable, "-c", _FIRST_CALL_SCRIPT], env=environment, capture_output=True, text=True, check=True
-    ).stdout
-    return tuple(float(value) for value in output.split())
 
 
 def perturbed_sphere_patch(rng, rings=100, segments=151, radius=0.1, noise=0.01):
@@ -90,8 +82,8 @@ def main() -> None:
     arguments = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as cache_directory:
-        compile_import, compile_winding, compile_closest = first_call_seconds(cache_directory)
-        cached_import, cached_winding, cached_closest = first_call_seconds(cache_directory)
+        compile_import, compile_winding, compile_closest = first_call_seconds(_FIRST_CALL_SCRIPT, cache_directory)
+        cached_import, cached_winding, cached_closest = first_call_seconds(_FIRST_CALL_SCRIPT, cache_directory)
     print("first call, empty numba cache (compilation):")
     print(f"  import {compile_import:.2f} s, winding {compile_winding:.2f} s, closest point {compile_closest:.2f} s")
     print("first call, warm numba cache (loading compiled kernels):")
