@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fresh_interpreter import first_call_seconds  # noqa: E402
+from fresh_interpreter import report_first_calls  # noqa: E402
 
 from solver.demo_head import make_demo_rig  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
@@ -69,15 +68,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     arguments = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as cache_directory:
-        compile_import, compile_assembly, compile_kernels = first_call_seconds(_FIRST_CALL_SCRIPT, cache_directory)
-        cached_import, cached_assembly, cached_kernels = first_call_seconds(_FIRST_CALL_SCRIPT, cache_directory)
-    print("first call, empty numba cache (compilation):")
-    print(f"  import {compile_import:.2f} s, mesh assembly {compile_assembly:.2f} s,"
-          f" element kernels {compile_kernels:.2f} s")
-    print("first call, warm numba cache (loading compiled kernels):")
-    print(f"  import {cached_import:.2f} s, mesh assembly {cached_assembly:.2f} s,"
-          f" element kernels {cached_kernels:.2f} s")
+    report_first_calls(_FIRST_CALL_SCRIPT, ("import", "mesh assembly", "element kernels"))
 
     model = build_model(make_demo_rig(), BuildOptions(target_tets=arguments.target_tets))
     rest_positions, tets = model["rest_positions"], model["tets"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fresh_interpreter import first_call_seconds  # noqa: E402
+from fresh_interpreter import report_first_calls  # noqa: E402
 
 from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree  # noqa: E402
 
@@ -81,13 +80,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=1_000_000)
     arguments = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as cache_directory:
-        compile_import, compile_winding, compile_closest = first_call_seconds(_FIRST_CALL_SCRIPT, cache_directory)
-        cached_import, cached_winding, cached_closest = first_call_seconds(_FIRST_CALL_SCRIPT, cache_directory)
-    print("first call, empty numba cache (compilation):")
-    print(f"  import {compile_import:.2f} s, winding {compile_winding:.2f} s, closest point {compile_closest:.2f} s")
-    print("first call, warm numba cache (loading compiled kernels):")
-    print(f"  import {cached_import:.2f} s, winding {cached_winding:.2f} s, closest point {cached_closest:.2f} s")
+    report_first_calls(_FIRST_CALL_SCRIPT, ("import", "winding", "closest point"))
 
     rng = np.random.default_rng(0)
     vertices, triangles = perturbed_sphere_patch(rng)

@@ -205,6 +205,9 @@ class FaceSimulator:
         head = np.asarray(head_transform, float)
         jaw = np.asarray(jaw, float)
         self.objective.material = self.material_for(activation)
+        # The activation's pull at rest is the same for every substep of the frame.
+        rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
+        self._activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(initial=0.0)
         steps = self.settings.substeps if self.settings.dynamic else 1
         iterations, converged, reasons = 0, True, []
         for substep in range(1, steps + 1):
@@ -246,11 +249,9 @@ class FaceSimulator:
         on the tissue). Without that last term a frame driven only by bone motion or inertia
         had the MIN_FORCE_SCALE floor as its scale, a threshold at round-off level that Newton
         cannot reach: converged frames were reported unconverged after 50 iterations."""
-        rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
-        activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(initial=0.0)
         external = np.abs(self.objective.constant_force).max(initial=0.0)
         constraints = self.constraints
         constraints.use_frame(skull, jaw_transform)
         projected_start = constraints.x_from_q(constraints.q_from_x(start))
         start_force = np.abs(constraints.reduce_gradient(self.objective.gradient(projected_start))).max(initial=0.0)
-        return max(activation_force, external, start_force, MIN_FORCE_SCALE)
+        return max(self._activation_force, external, start_force, MIN_FORCE_SCALE)
