@@ -85,8 +85,12 @@ def main():
             settle, steps = run(model, args.frames, baseline)
             per_frame = np.mean([s.seconds for s in steps])
             iterations = [s.iterations for s in steps]
+            seconds = ", ".join(f"{s.seconds:.2f}" for s in steps)
+            linear_algebra = ("" if baseline else f", Cholesky factorisations {[s.factorisations for s in steps]}, "
+                              f"CG iterations {[s.krylov_iterations for s in steps]}")
             unconverged = sum(not s.converged for s in steps) + (not settle.converged)
-            print(f"  {label:8s} {per_frame:6.2f} s per frame, Newton iterations {iterations}; neutral frame "
+            print(f"  {label:8s} {per_frame:6.2f} s per frame ({seconds}), Newton iterations {iterations}"
+                  f"{linear_algebra}; neutral frame "
                   f"{settle.seconds:.2f} s ({settle.iterations} it); unconverged frames: {unconverged}; "
                   f"total {time.perf_counter() - started:.1f} s")
 

@@ -200,6 +200,30 @@ def test_every_tet_has_positive_volume(model):
                            f"(smallest {volumes.min():.3e} m³, first at tet {bad[:5].tolist()})")
 
 
+def test_tets_form_one_piece_joined_through_faces(model):
+    """A tet hanging on by an edge or a corner is a free hinge: gravity swings it about and the
+    stiffness matrix is singular (this stalled Newton for 40 iterations on the ICT face)."""
+    tets = np.asarray(model["tets"])
+    parent = list(range(len(tets)))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_owner = {}
+    for t, tet in enumerate(tets.tolist()):
+        for skip in range(4):
+            face = tuple(sorted(tet[:skip] + tet[skip + 1:]))
+            other = first_owner.setdefault(face, t)
+            if other != t:
+                parent[root(t)] = root(other)
+    pieces = {root(t) for t in range(len(tets))}
+    assert len(pieces) == 1, f"{len(pieces)} face-connected pieces"
+    assert np.array_equal(np.unique(tets), np.arange(len(model["rest_positions"]))), "unused nodes"
+
+
 def test_tet_rest_volume_is_the_rest_volume(model):
     volumes = _tet_volumes(model["rest_positions"], model["tets"])
     np.testing.assert_allclose(model["tet_rest_volume"], volumes, rtol=1e-9, atol=1e-18)

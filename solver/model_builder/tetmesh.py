@@ -13,7 +13,7 @@ lie in the tissue → move the kept tets' outside nodes onto the boundary, and "
 inside nodes that lie very near it onto it too (as isosurface stuffing does, so that no
 sliver is left between a node and the surface) → repair: tets that became flat or
 inverted are dropped when their centre lies outside the tissue, otherwise their moved
-nodes go back → keep the largest connected piece.
+nodes go back → keep the largest piece connected through shared faces.
 """
 from __future__ import annotations
 
@@ -118,15 +118,26 @@ def dihedral_angle_range(nodes, tets):
     return angles.min(1), angles.max(1)
 
 
-def _largest_piece(node_count, tets):
-    rows = np.repeat(tets[:, 0], 3)
-    cols = tets[:, 1:].ravel()
-    graph = sp.coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(node_count, node_count))
+def _largest_piece(tets):
+    """Keep the largest piece of tets joined through shared faces.
+
+    Face adjacency, not shared nodes: a tet that touches the rest only at an edge or a
+    corner is a hinge with no stiffness against turning about it, so under gravity or an
+    activation it swings freely (a zero-stiffness mode that left the Hessian singular and
+    stalled Newton on the ICT face). Such tets hold no tissue worth a mechanism."""
+    element_count = len(tets)
+    faces = np.sort(np.concatenate([tets[:, [1, 2, 3]], tets[:, [0, 2, 3]],
+                                    tets[:, [0, 1, 3]], tets[:, [0, 1, 2]]]), axis=1)
+    owner = np.tile(np.arange(element_count), 4)
+    _, face_id = np.unique(faces, axis=0, return_inverse=True)
+    order = np.argsort(face_id.ravel(), kind="stable")
+    sorted_id = face_id.ravel()[order]
+    shared = np.flatnonzero(sorted_id[1:] == sorted_id[:-1])
+    first, second = owner[order][shared], owner[order][shared + 1]
+    graph = sp.coo_matrix((np.ones(len(first)), (first, second)), shape=(element_count, element_count))
     pieces, label = connected_components(graph, directed=False)
-    tet_label = label[tets[:, 0]]
-    counts = np.bincount(tet_label, minlength=pieces)
-    keep = tet_label == np.argmax(counts)
-    return keep, int((counts > 0).sum() - 1)
+    counts = np.bincount(label, minlength=pieces)
+    return label == np.argmax(counts), pieces - 1
 
 
 def compact(nodes, tets):
@@ -191,7 +202,7 @@ def mesh_implicit_volume(field, lower, upper, spacing, progress=None) -> TetMesh
     quality = tet_quality(nodes, tets)
     tets = tets[quality >= MIN_QUALITY]
 
-    keep, dropped = _largest_piece(len(nodes), tets)
+    keep, dropped = _largest_piece(tets)
     tets = tets[keep]
     nodes, tets, _ = compact(nodes, tets)
     progress(f"snapped: {len(tets)} tets, {len(nodes)} nodes")

@@ -17,6 +17,15 @@ mode left unconstrained, an energy whose Hessian was not projected) is caught an
 with a diagonal shift H + βI, β growing tenfold from 1e-8 × the mean diagonal: a shifted
 Newton step still points downhill, and the shift is recorded per iteration.
 
+A numeric factorisation costs ~0.15 s on a 35k-tet face, several times the assembly, and
+frame-to-frame (and iteration-to-iteration) the Hessian changes little. So the last factor is
+kept and used as the preconditioner of conjugate gradients on the current Hessian: an
+inexact Newton step (Dembo–Eisenstat–Steihaug) solved to a relative residual η_k = min(0.1,
+residual_k / force_scale), which keeps Newton's quadratic convergence while each solve costs a
+few triangular solves. When CG needs more than MAX_KRYLOV_ITERATIONS (the old factor no longer
+describes the Hessian) or meets negative curvature (CG would not give a descent direction),
+the current Hessian is factorised and solved directly, and that factor is kept.
+
 Convergence: ‖Pᵀ∇E‖_∞ ≤ tolerance × force_scale, where force_scale is the caller's measure of
 the loads (e.g. the gravity and activation force magnitude), by default the residual at the
 start. A solve that stops without meeting it returns converged=False and says why.
@@ -42,6 +51,10 @@ MAX_STEP_HALVINGS = 40          # 2⁻⁴⁰ ≈ 1e-12 of the Newton step: below
 FIRST_SHIFT_RELATIVE = 1e-8     # first diagonal shift, relative to the mean |diagonal|
 SHIFT_GROWTH = 10.0
 MAX_SHIFT_ATTEMPTS = 14         # up to 1e5 × the mean diagonal: a scaled gradient step
+MAX_FORCING = 0.1               # loosest relative accuracy of an inexact Newton step
+# Each CG iteration costs a pair of triangular solves with the kept factor (~9 ms at 35k tets
+# against ~150 ms for a new factorisation); past this many a fresh factor is cheaper.
+MAX_KRYLOV_ITERATIONS = 12
 
 
 class Objective(Protocol):
@@ -68,37 +81,85 @@ class NewtonResult:
     residuals: list[float] = field(default_factory=list)   # ‖Pᵀ∇E‖_∞ at the start and after each step
     energies: list[float] = field(default_factory=list)    # E at the start and after each step
     shifts: list[float] = field(default_factory=list)      # diagonal shift β used by each step (0: none)
+    factorisations: int = 0         # numeric Cholesky factorisations (shift retries included)
+    krylov_iterations: int = 0      # preconditioned CG iterations that replaced factorisations
     seconds: float = 0.0
 
 
 class CholmodLinearSolver:
-    """Solves (Pᵀ H P) d = r by supernodal Cholesky, reusing one symbolic analysis per pattern."""
+    """Solves (Pᵀ H P) d = r by supernodal Cholesky, reusing one symbolic analysis per pattern,
+    or, when an inexact solve is allowed, by CG preconditioned with the last numeric factor."""
 
     def __init__(self):
         self._factor = None
+        self._has_numeric_factor = False
         self._indptr = self._indices = None
         self.symbolic_analyses = 0
+        self.factorisations = 0
+        self.krylov_iterations = 0
 
     def _analyse_if_new_pattern(self, matrix: sp.csc_matrix):
         same_pattern = self._factor is not None and (
             (matrix.indptr is self._indptr and matrix.indices is self._indices)
             or (np.array_equal(matrix.indptr, self._indptr) and np.array_equal(matrix.indices, self._indices)))
         if not same_pattern:
-            self._factor = cholmod.analyze(matrix, mode="supernodal")
+            # METIS nested dissection: ~20 % less fill than CHOLMOD's default AMD on face tet
+            # meshes (4.1 M against 5.1 M factor entries at 35k tets), 15 % faster factorisations;
+            # its 0.1 s analysis is paid once per animation.
+            self._factor = cholmod.analyze(matrix, mode="supernodal", ordering_method="metis")
+            self._has_numeric_factor = False
             self._indptr, self._indices = matrix.indptr, matrix.indices
             self.symbolic_analyses += 1
 
-    def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray) -> tuple[np.ndarray, float]:
-        """(solution of (matrix + βI) d = rhs, β), with β = 0 unless the matrix is not positive definite."""
+    def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray,
+              relative_tolerance: float = 0.0) -> tuple[np.ndarray, float]:
+        """(d, β): d solves (matrix + βI) d = rhs, β = 0 unless the matrix is not positive
+        definite; with relative_tolerance > 0, ‖matrix d − rhs‖ ≤ relative_tolerance ‖rhs‖ suffices."""
         self._analyse_if_new_pattern(matrix)
+        if relative_tolerance > 0.0 and self._has_numeric_factor:
+            direction, iterations = preconditioned_conjugate_gradients(
+                matrix, rhs, self._factor.solve_A, relative_tolerance, MAX_KRYLOV_ITERATIONS)
+            self.krylov_iterations += iterations
+            if direction is not None:
+                return direction, 0.0
         for shift in _shift_sequence(matrix):
+            self.factorisations += 1
             try:
                 self._factor.cholesky_inplace(matrix, beta=shift)
             except cholmod.CholmodNotPositiveDefiniteError:
+                self._has_numeric_factor = False
                 continue
+            self._has_numeric_factor = True
             return self._factor.solve_A(rhs), shift
         raise HessianNotPositiveDefinite(
             f"reduced Hessian not positive definite even with a diagonal shift of {shift:.3g}")
+
+
+def preconditioned_conjugate_gradients(matrix, rhs, preconditioner, relative_tolerance, max_iterations):
+    """(d, iterations) with ‖matrix d − rhs‖₂ ≤ relative_tolerance ‖rhs‖₂, or (None, iterations)
+    when that takes more than max_iterations or the matrix shows negative curvature (then CG's
+    iterate need not be a descent direction and the caller factorises instead)."""
+    target = relative_tolerance * np.linalg.norm(rhs)
+    solution = np.zeros_like(rhs)
+    residual = rhs.copy()
+    preconditioned = preconditioner(residual)
+    search = preconditioned.copy()
+    alignment = residual @ preconditioned
+    for iteration in range(1, max_iterations + 1):
+        image = matrix @ search
+        curvature = search @ image
+        if not curvature > 0.0:
+            return None, iteration
+        step = alignment / curvature
+        solution += step * search
+        residual -= step * image
+        if np.linalg.norm(residual) <= target:
+            return solution, iteration
+        preconditioned = preconditioner(residual)
+        next_alignment = residual @ preconditioned
+        search = preconditioned + (next_alignment / alignment) * search
+        alignment = next_alignment
+    return None, max_iterations
 
 
 class SpsolveLinearSolver:
@@ -107,7 +168,8 @@ class SpsolveLinearSolver:
     LU cannot tell a positive definite matrix from an indefinite one, so here the shift is
     raised until the solution is a descent direction (d · rhs > 0, rhs = −∇E)."""
 
-    def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray) -> tuple[np.ndarray, float]:
+    def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray,
+              relative_tolerance: float = 0.0) -> tuple[np.ndarray, float]:
         identity = sp.eye(matrix.shape[0], format="csc")
         for shift in _shift_sequence(matrix):
             with warnings.catch_warnings():
@@ -140,6 +202,8 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
     projected onto the constraints. ``linear_solver`` is a CholmodLinearSolver (production)
     or SpsolveLinearSolver (baseline)."""
     start_time = time.perf_counter()
+    factorisations_before = getattr(linear_solver, "factorisations", 0)
+    krylov_before = getattr(linear_solver, "krylov_iterations", 0)
     q = constraints.q_from_x(x0)
     x = constraints.x_from_q(q)
     energy = float(objective.energy(x))
@@ -153,6 +217,8 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
     def finish(converged: bool, reason: str) -> NewtonResult:
         result.x, result.q, result.converged, result.reason = x, q, converged, reason
         result.seconds = time.perf_counter() - start_time
+        result.factorisations = getattr(linear_solver, "factorisations", 0) - factorisations_before
+        result.krylov_iterations = getattr(linear_solver, "krylov_iterations", 0) - krylov_before
         return result
 
     if not (np.isfinite(energy) and np.isfinite(residual)):
@@ -166,7 +232,8 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
                                  f"> {threshold:.3g}")
         reduced_hessian = constraints.reduce_hessian(objective.hessian(x))
         try:
-            direction, shift = linear_solver.solve(reduced_hessian, -reduced_gradient)
+            forcing = min(MAX_FORCING, residual / scale) if scale > 0.0 else 0.0
+            direction, shift = linear_solver.solve(reduced_hessian, -reduced_gradient, forcing)
         except HessianNotPositiveDefinite as error:
             return finish(False, str(error))
 

@@ -58,6 +58,8 @@ class FrameResult:
     iterations: int
     seconds: float
     reason: str = ""
+    factorisations: int = 0             # Cholesky factorisations over the frame's substeps
+    krylov_iterations: int = 0          # preconditioned CG iterations that stood in for them
 
 
 @dataclass
@@ -209,7 +211,7 @@ class FaceSimulator:
         rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
         self._activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(initial=0.0)
         steps = self.settings.substeps if self.settings.dynamic else 1
-        iterations, converged, reasons = 0, True, []
+        iterations, factorisations, krylov_iterations, converged, reasons = 0, 0, 0, True, []
         for substep in range(1, steps + 1):
             fraction = substep / steps
             substep_head = head if substep == steps else _interpolate_rigid(self._previous_head, head, fraction)
@@ -217,13 +219,16 @@ class FaceSimulator:
             skull, jaw_transform = bone_transforms(substep_head, self.model["jaw_frame"], substep_jaw)
             result = self._solve_step(skull, jaw_transform)
             iterations += result.iterations
+            factorisations += result.factorisations
+            krylov_iterations += result.krylov_iterations
             converged &= result.converged
             if not result.converged:
                 reasons.append(result.reason)
         self._previous_head, self._previous_jaw = head.copy(), jaw.copy()
         return FrameResult(positions=self.positions.reshape(-1, 3).copy(), converged=bool(converged),
                            iterations=iterations, seconds=time.perf_counter() - started,
-                           reason="; ".join(reasons))
+                           reason="; ".join(reasons), factorisations=factorisations,
+                           krylov_iterations=krylov_iterations)
 
     def _solve_step(self, skull, jaw_transform):
         objective = self.objective
