@@ -4,6 +4,7 @@
     python3 build.py setup [--no-bpy]      system libraries + .venv + pinned packages
     python3 build.py test [pytest args]    setup, then pytest (default: tests/)
     python3 build.py demo [--out DIR]      setup, then `python -m solver demo`
+    python3 build.py addon                 the Blender add-on zips (extension + legacy) in dist/
 
 Standard library only: this runs with the system python3 before any venv exists.
 Every command runs from the project root (the folder holding this file),
@@ -13,9 +14,11 @@ whatever the current directory is.
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
+import zipfile
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VENV = os.path.join(ROOT, ".venv")
@@ -302,7 +305,57 @@ def command_demo(args, extra):
     return run([venv_python(), "-m", "solver", "demo", "--out", args.out], env=venv_env())
 
 
-COMMANDS = ("setup", "test", "demo")
+ADDON_DIR = os.path.join(ROOT, "blender_addon")
+DIST = os.path.join(ROOT, "dist")
+# Inside the zip the solver's source sits under this folder; the add-on puts it on the
+# solver child's PYTHONPATH (blender_addon/solver_environment.py says why).
+ADDON_SOLVER_BUNDLE = "solver_bundle"
+SKIPPED_IN_ZIPS = ("__pycache__",)
+SKIPPED_SUFFIXES = (".pyc", ".pyo", ".nbi", ".nbc", ".tmp")
+
+
+def addon_version():
+    with open(os.path.join(ADDON_DIR, "blender_manifest.toml"), encoding="utf-8") as f:
+        match = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), re.MULTILINE)
+    if not match:
+        fail("blender_addon/blender_manifest.toml has no version")
+    return match.group(1)
+
+
+def zip_tree(archive, folder, prefix):
+    for directory, subdirectories, files in os.walk(folder):
+        subdirectories[:] = sorted(d for d in subdirectories if d not in SKIPPED_IN_ZIPS)
+        for name in sorted(files):
+            if name.endswith(SKIPPED_SUFFIXES):
+                continue
+            path = os.path.join(directory, name)
+            archive.write(path, prefix + os.path.relpath(path, folder).replace(os.sep, "/"))
+
+
+def write_addon_zip(path, prefix):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        zip_tree(archive, ADDON_DIR, prefix)
+        zip_tree(archive, os.path.join(ROOT, "solver"), prefix + ADDON_SOLVER_BUNDLE + "/solver/")
+        archive.write(REQUIREMENTS, prefix + ADDON_SOLVER_BUNDLE + "/requirements.txt")
+
+
+def command_addon(args, extra):
+    """Extension zip (manifest at the root, for Install from Disk) and legacy zip (one folder)."""
+    version = addon_version()
+    dist = os.path.abspath(args.dist)
+    os.makedirs(dist, exist_ok=True)
+    extension = os.path.join(dist, "face_physics-%s.zip" % version)
+    legacy = os.path.join(dist, "face_physics-%s-legacy.zip" % version)
+    step("building %s" % extension)
+    write_addon_zip(extension, "")
+    step("building %s" % legacy)
+    write_addon_zip(legacy, "face_physics/")
+    step("add-on built: install %s with Blender 4.2+ (Get Extensions > Install from Disk), or %s as a "
+         "legacy add-on" % (os.path.basename(extension), os.path.basename(legacy)))
+    return 0
+
+
+COMMANDS = ("setup", "test", "demo", "addon")
 
 
 def make_parser():
@@ -340,6 +393,15 @@ def make_parser():
                    help="output folder, relative to the project root (default: out/demo)")
     p.add_argument("--no-bpy", action="store_true", help="set up without the Blender module")
     p.set_defaults(function=command_demo)
+
+    p = commands.add_parser(
+        "addon", allow_abbrev=False,
+        help="build the Blender add-on zips into dist/",
+        description="Zip blender_addon/ with a copy of solver/ and requirements.txt: "
+                    "dist/face_physics-VERSION.zip (a Blender 4.2+ extension) and "
+                    "dist/face_physics-VERSION-legacy.zip (a legacy add-on). No set-up needed.")
+    p.add_argument("--dist", default=DIST, help="output folder (default: dist/ in the project root)")
+    p.set_defaults(function=command_addon)
 
     return parser
 

@@ -1,0 +1,153 @@
+"""Putting a finished simulation onto the skin object: a Mesh Cache on a `.pc2`, or one shape
+key per frame keyed in the shape keys' action or in a new action. A bake first removes only
+what an earlier Face Physics bake made (our modifier, our `FP bake` shape keys, their F-curves,
+our action — giving back the action it displaced); the user's data is never touched."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import bpy
+import numpy as np
+
+from . import pc2_cache
+
+CACHE_MODIFIER_NAME = "Face Physics cache"
+BAKE_KEY_PREFIX = "FP bake "
+BAKE_ACTION_PREFIX = "FP bake "
+CACHE_FOLDER = "face_physics"
+
+
+def cache_path(obj) -> Path:
+    """Where the object's cache lives: `face_physics/` beside the saved .blend."""
+    blend = bpy.data.filepath
+    if not blend:
+        raise RuntimeError("save the .blend first: the model and caches are stored next to it in face_physics/")
+    stem = bpy.path.clean_name(Path(blend).stem)
+    return Path(blend).parent / CACHE_FOLDER / f"{stem}_{bpy.path.clean_name(obj.name)}.pc2"
+
+
+def model_path(obj) -> Path:
+    return cache_path(obj).with_name(cache_path(obj).stem + "_model.npz")
+
+
+def relative(path: Path) -> str:
+    return bpy.path.relpath(str(path))
+
+
+def _fcurve_collections(key):
+    """The F-curve collections of the shape-key datablock's action (legacy and 4.4+ layered)."""
+    animation = key.animation_data
+    if animation is None or animation.action is None:
+        return []
+    action = animation.action
+    if hasattr(action, "fcurves") and not getattr(action, "is_action_layered", False):
+        return [action.fcurves]
+    collections = []
+    for layer in action.layers:
+        for strip in layer.strips:
+            for channelbag in getattr(strip, "channelbags", []):
+                collections.append(channelbag.fcurves)
+    return collections
+
+
+def remove_previous_bake(obj) -> None:
+    modifier = obj.modifiers.get(CACHE_MODIFIER_NAME)
+    if modifier is not None:
+        obj.modifiers.remove(modifier)
+    key = obj.data.shape_keys
+    if key is None:
+        return
+    ours = [block for block in key.key_blocks if block.name.startswith(BAKE_KEY_PREFIX)]
+    paths = {f'key_blocks["{block.name}"].value' for block in ours}
+    for fcurves in _fcurve_collections(key):
+        for fcurve in [fcurve for fcurve in fcurves if fcurve.data_path in paths]:
+            fcurves.remove(fcurve)
+    for block in ours:
+        obj.shape_key_remove(block)
+    settings = obj.face_physics
+    if settings.baked_target == 'ACTION' and key.animation_data is not None:
+        baked_action = key.animation_data.action
+        key.animation_data.action = settings.previous_key_action
+        settings.previous_key_action = None
+        if baked_action is not None and baked_action.name.startswith(BAKE_ACTION_PREFIX) and baked_action.users == 0:
+            bpy.data.actions.remove(baked_action)
+    settings.baked_target = ""
+
+
+def _move_modifier_first(obj, modifier) -> None:
+    index = list(obj.modifiers).index(modifier)
+    if index:
+        obj.modifiers.move(index, 0)
+
+
+def bake_point_cache(obj, local_frames: np.ndarray, first_frame: int) -> Path:
+    """Write the cache (temporary file, then swap) and point a Mesh Cache modifier at it."""
+    path = cache_path(obj)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pc2_cache.write_pc2(path, local_frames, local_frames.shape[1], start_frame=float(first_frame))
+    remove_previous_bake(obj)
+    modifier = obj.modifiers.new(CACHE_MODIFIER_NAME, 'MESH_CACHE')
+    modifier.cache_format = 'PC2'
+    modifier.filepath = relative(path)
+    modifier.deform_mode = 'OVERWRITE'
+    modifier.time_mode = 'FRAME'
+    modifier.play_mode = 'SCENE'
+    modifier.frame_start = float(first_frame)
+    modifier.frame_scale = 1.0
+    modifier.forward_axis, modifier.up_axis = 'POS_Y', 'POS_Z'   # no axis conversion: the cache is local
+    _move_modifier_first(obj, modifier)
+    obj.face_physics.baked_target = 'PC2'
+    return path
+
+
+def _constant_interpolation(key, data_path: str) -> None:
+    for fcurves in _fcurve_collections(key):
+        for fcurve in fcurves:
+            if fcurve.data_path == data_path:
+                for point in fcurve.keyframe_points:
+                    point.interpolation = 'CONSTANT'
+
+
+def _use_new_action(obj, key) -> None:
+    """Give the shape keys a new action for the bake, remembering the one they had."""
+    animation = key.animation_data or key.animation_data_create()
+    obj.face_physics.previous_key_action = animation.action
+    animation.action = bpy.data.actions.new(f"{BAKE_ACTION_PREFIX}{obj.name}")
+
+
+def bake_shape_keys(obj, local_frames: np.ndarray, first_frame: int, new_action: bool = False) -> int:
+    """One shape key per frame, relative to the basis, keyed 1 on its frame and 0 elsewhere;
+    the keys go into the shape keys' action, or a new one of their own when `new_action`."""
+    remove_previous_bake(obj)
+    if obj.data.shape_keys is None:
+        obj.shape_key_add(name="Basis", from_mix=False)
+    key = obj.data.shape_keys
+    basis = key.reference_key
+    if new_action:
+        _use_new_action(obj, key)
+    for offset, positions in enumerate(local_frames):
+        frame = first_frame + offset
+        block = obj.shape_key_add(name=f"{BAKE_KEY_PREFIX}{frame:04d}", from_mix=False)
+        block.relative_key = basis
+        block.data.foreach_set("co", np.ascontiguousarray(positions, dtype=np.float32).ravel())
+        block.slider_max = 1.0
+        for keyed_frame, value in ((frame - 1, 0.0), (frame, 1.0), (frame + 1, 0.0)):
+            block.value = value
+            block.keyframe_insert("value", frame=keyed_frame)
+        _constant_interpolation(key, f'key_blocks["{block.name}"].value')
+    obj.data.update()
+    obj.face_physics.baked_target = 'ACTION' if new_action else 'SHAPE_KEYS'
+    return len(local_frames)
+
+
+def apply_bake(obj, target: str, skin_positions_m: np.ndarray, first_frame: int, metres_per_unit: float):
+    local = skin_positions_m / metres_per_unit
+    if target == 'PC2':
+        return bake_point_cache(obj, local, first_frame)
+    return bake_shape_keys(obj, local, first_frame, new_action=target == 'ACTION')
+
+
+def cache_file_exists(obj) -> bool:
+    modifier = obj.modifiers.get(CACHE_MODIFIER_NAME)
+    return modifier is not None and os.path.isfile(bpy.path.abspath(modifier.filepath))

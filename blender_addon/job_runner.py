@@ -1,0 +1,113 @@
+"""One running solver job at a time, shared by the operators and the panels.
+
+`Job` wraps a `SolverProcess`: `update()` turns the messages that arrived into the progress
+shown in the panel and status bar, and once the child has exited decides the outcome. Only
+then, and only on success, does the operator apply anything to the scene — so a cancel or a
+crash leaves the scene exactly as it was.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, List, Optional
+
+import bpy
+
+from . import job_files, solver_environment
+from .solver_process import SolverProcess
+
+POLL_SECONDS = 0.1
+_current: Optional["Job"] = None
+
+
+def current_job() -> Optional["Job"]:
+    return _current
+
+
+class Job:
+    def __init__(self, description: str, command: List[str], job_dir=None, keep_folder: bool = False):
+        global _current
+        self.description = description
+        self.job_dir = job_dir
+        self.keep_folder = keep_folder or bool(os.environ.get("FACE_PHYSICS_KEEP_JOBS"))
+        self.errors: List[str] = []
+        self.warnings: List[str] = []
+        self.result: Optional[dict] = None
+        self.status: Optional[str] = None          # from the `done` message
+        self.fraction = 0.0
+        self.message = "starting the solver"
+        self.outcome: Optional[str] = None         # 'FINISHED' | 'CANCELLED' | 'FAILED'
+        self.process = SolverProcess(command, env=solver_environment.solver_environment())
+        _current = self
+        self._publish()
+
+    def _publish(self) -> None:
+        state = bpy.context.window_manager.face_physics_job
+        state.running = self.outcome is None
+        state.description = self.description
+        state.progress = self.fraction
+        state.message = self.message
+        if self.outcome == 'FAILED':
+            state.last_error = self.error_message()
+        elif self.outcome is None:
+            state.last_error = ""
+
+    def update(self) -> Optional[str]:
+        """Read new messages; return the outcome once the job has ended, else None."""
+        for message in self.process.poll():
+            kind = message.get("type")
+            if kind == "progress":
+                self.message = str(message.get("message", ""))
+                if isinstance(message.get("fraction"), (int, float)):
+                    self.fraction = float(message["fraction"])
+            elif kind == "warning":
+                self.warnings.append(str(message.get("message", "")))
+            elif kind == "error":
+                self.errors.append(str(message.get("message", "")))
+            elif kind == "result":
+                self.result = message
+            elif kind == "cancelled":
+                self.message = str(message.get("message", "cancelled"))
+            elif kind == "done":
+                self.status = message.get("status")
+        if self.outcome is None and self.process.finished:
+            self.outcome = self._decide_outcome()
+            self.message = {"FINISHED": "done", "CANCELLED": "cancelled", "FAILED": "failed"}[self.outcome]
+        self._publish()
+        return self.outcome
+
+    def _decide_outcome(self) -> str:
+        if self.process.cancel_requested or self.status == "cancelled":
+            return 'CANCELLED'
+        if self.process.returncode == 0 and self.status == "ok" and self.result is not None:
+            return 'FINISHED'
+        return 'FAILED'
+
+    def error_message(self) -> str:
+        if self.errors:
+            return self.errors[-1]
+        tail = self.process.stderr_tail().strip().splitlines()
+        last = tail[-1] if tail else "no message"
+        if "No module named" in last:
+            return (f"the solver Python cannot run the solver ({last}); press Install solver or choose another "
+                    f"Python in the Face Physics preferences")
+        return f"the solver exited with status {self.process.returncode}: {last}"
+
+    def cancel(self) -> None:
+        self.process.cancel()
+
+    def wait(self, on_update: Callable[["Job"], None] = lambda job: None) -> str:
+        """Block until the job ends (background mode and farm bakes, where no UI can freeze)."""
+        while self.update() is None:
+            on_update(self)
+            time.sleep(POLL_SECONDS)
+        return self.outcome
+
+    def close(self) -> None:
+        """Forget the job; delete its folder unless asked to keep it for debugging."""
+        global _current
+        if _current is self:
+            _current = None
+        bpy.context.window_manager.face_physics_job.running = False
+        if self.job_dir is not None and not self.keep_folder:
+            job_files.remove_job_folder(self.job_dir)

@@ -1,0 +1,484 @@
+"""Operators: each packs settings, hands work to the solver bridge and reports.
+
+Long work (build, bake, install) runs in a modal operator that polls the child process on a
+timer, so Blender never freezes; Esc or the panel's Cancel button stops it. In background
+mode (no window, farm bakes, tests) the same job runs to the end in the operator's call.
+"""
+
+import os
+from typing import List
+
+import bpy
+from bpy.props import EnumProperty, StringProperty
+
+from . import bake, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment
+from .job_runner import Job, current_job
+from .preflight import ERROR, Finding
+
+LEFT, RIGHT = "_L", "_R"
+
+
+def skin_object(context):
+    obj = context.active_object
+    return obj if obj is not None and obj.type == 'MESH' else None
+
+
+def _report_findings(operator, findings: List[Finding]) -> bool:
+    """Report every finding; True when one of them is an error (the job must not start)."""
+    for finding in findings:
+        operator.report({finding.severity}, finding.message)
+    return any(finding.severity == ERROR for finding in findings)
+
+
+def _solver_poll(cls, context) -> bool:
+    if skin_object(context) is None:
+        cls.poll_message_set("Select the skin: a mesh object")
+        return False
+    if current_job() is not None:
+        cls.poll_message_set("A Face Physics job is running")
+        return False
+    if preferences.solver_python() is None:
+        cls.poll_message_set(solver_environment.missing_solver_message(preferences.preferred_python()))
+        return False
+    return True
+
+
+class _SolverJobOperator:
+    """Runs `self.start(context)`'s Job modally (or blocking in background) and calls
+    `self.apply(context, job)` only when it succeeded."""
+    _timer = None
+    _job = None
+
+    def start(self, context):
+        raise NotImplementedError
+
+    def apply(self, context, job) -> None:
+        raise NotImplementedError
+
+    def execute(self, context):
+        job = self._start_reported(context)
+        if job is None:
+            return {'CANCELLED'}
+        job.wait()
+        return self._finish(context, job)
+
+    def invoke(self, context, event):
+        if bpy.app.background or context.window is None:
+            return self.execute(context)
+        job = self._start_reported(context)
+        if job is None:
+            return {'CANCELLED'}
+        self._job = job
+        window_manager = context.window_manager
+        self._timer = window_manager.event_timer_add(0.1, window=context.window)
+        window_manager.modal_handler_add(self)
+        return {'RUNNING_MODAL'}
+
+    def modal(self, context, event):
+        job = self._job
+        if event.type == 'ESC' and event.value == 'PRESS':
+            job.cancel()
+        if event.type in {'TIMER', 'ESC'}:
+            if job.update() is not None:
+                context.window_manager.event_timer_remove(self._timer)
+                context.workspace.status_text_set(None)
+                self._redraw(context)
+                return self._finish(context, job)
+            context.workspace.status_text_set(f"Face Physics — {job.description}: {job.message} "
+                                              f"({job.fraction:.0%})   Esc to cancel")
+            self._redraw(context)
+        return {'PASS_THROUGH'}
+
+    @staticmethod
+    def _redraw(context):
+        for area in context.screen.areas if context.screen else ():
+            if area.type == 'VIEW_3D':
+                area.tag_redraw()
+
+    def _start_reported(self, context):
+        try:
+            return self.start(context)
+        except (RuntimeError, ValueError, OSError) as error:
+            self.report({'ERROR'}, str(error))
+            return None
+
+    def _finish(self, context, job):
+        try:
+            for warning in job.warnings:
+                self.report({'WARNING'}, f"solver: {warning}")
+            if job.outcome == 'CANCELLED':
+                self.report({'WARNING'}, f"{job.description} cancelled; nothing was changed")
+                return {'CANCELLED'}
+            if job.outcome == 'FAILED':
+                self.report({'ERROR'}, f"{job.description} failed: {job.error_message()}")
+                return {'CANCELLED'}
+            try:
+                self.apply(context, job)
+            except (RuntimeError, ValueError, OSError, KeyError) as error:
+                self.report({'ERROR'}, f"{job.description}: could not apply the result: {error}")
+                return {'CANCELLED'}
+            return {'FINISHED'}
+        finally:
+            job.close()
+
+
+class FACE_PHYSICS_OT_build(_SolverJobOperator, bpy.types.Operator):
+    """Build the volumetric model of the active skin object (runs the solver in the background)"""
+    bl_idname = "face_physics.build"
+    bl_label = "Build Model"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        return _solver_poll(cls, context)
+
+    def start(self, context):
+        obj = skin_object(context)
+        bake.model_path(obj)   # fails early, with the reason, when the .blend is unsaved
+        rig, findings = scene_export.export_rig(context, obj)
+        if _report_findings(self, findings):
+            return None
+        job_dir = job_files.new_job_folder()
+        job_files.write_build_job(job_dir, rig, obj.face_physics.target_tets)
+        self._object_name = obj.name
+        self._topology = scene_export.topology_signature(obj)
+        self._metres = scene_export.metres_per_unit(context, obj)[0]
+        return Job("build model", solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+
+    def apply(self, context, job):
+        obj = bpy.data.objects[self._object_name]
+        destination = bake.model_path(obj)
+        job_files.install_file(job.job_dir / job_files.MODEL_FILE, destination)
+        settings = obj.face_physics
+        settings.model_path = bake.relative(destination)
+        settings.model_tets = int(job.result.get("tets", 0))
+        settings.model_nodes = int(job.result.get("nodes", 0))
+        settings.model_topology = self._topology
+        settings.metres_per_unit = self._metres
+        update_muscle_list(settings, job.result.get("muscles", []))
+        if muscle_overlay.find_overlay(obj) is not None:
+            muscle_overlay.create_overlay(obj)
+        self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'model built')}")
+
+
+def update_muscle_list(settings, names) -> None:
+    """The model's muscles, keeping each surviving muscle's contraction and paralysis."""
+    previous = {muscle.name: (muscle.contraction, muscle.paralysed) for muscle in settings.muscles}
+    settings.muscles.clear()
+    for name in names:
+        muscle = settings.muscles.add()
+        muscle.name = name
+        muscle.contraction, muscle.paralysed = previous.get(name, (1.0, False))
+
+
+def model_file(obj):
+    path = obj.face_physics.model_path
+    return bpy.path.abspath(path) if path else ""
+
+
+def bake_preflight(context, obj) -> List[Finding]:
+    settings = obj.face_physics
+    findings = []
+    if not settings.model_path or not os.path.isfile(model_file(obj)):
+        return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
+    findings += preflight.check_topology(scene_export.topology_signature(obj), settings.model_topology)
+    findings += scene_export.metres_per_unit(context, obj)[1]
+    if settings.bake_target == 'PC2':
+        findings += scene_export.cache_preflight(obj)
+    first, last = scene_export.frame_range(context, settings)
+    if last < first:
+        findings.append(Finding(ERROR, f"the frame range {first}–{last} is empty"))
+    return findings
+
+
+def start_bake_job(operator, context, obj):
+    """Export the animation and start the animate job (shared with the farm bake)."""
+    bake.cache_path(obj)
+    if _report_findings(operator, bake_preflight(context, obj)):
+        return None
+    settings = obj.face_physics
+    first, last = scene_export.frame_range(context, settings)
+    metres = settings.metres_per_unit
+    activations = scene_export.sample_animation(context, obj, first, last, metres)
+    job_dir = job_files.new_job_folder()
+    job_files.write_animate_job(job_dir, model_file(obj), activations, scene_export.export_maps(obj),
+                                scene_export.simulation_settings(obj))
+    return Job(f"bake {last - first + 1} frames",
+               solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+
+
+class FACE_PHYSICS_OT_bake(_SolverJobOperator, bpy.types.Operator):
+    """Simulate the frame range and bake it to the chosen target"""
+    bl_idname = "face_physics.bake"
+    bl_label = "Bake"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        if not _solver_poll(cls, context):
+            return False
+        if not skin_object(context).face_physics.model_path:
+            cls.poll_message_set("Build the model first (Model panel)")
+            return False
+        return True
+
+    def start(self, context):
+        obj = skin_object(context)
+        self._object_name = obj.name
+        self._first = scene_export.frame_range(context, obj.face_physics)[0]
+        return start_bake_job(self, context, obj)
+
+    def apply(self, context, job):
+        obj = bpy.data.objects[self._object_name]
+        positions = job_files.read_result_positions(job.job_dir)
+        settings = obj.face_physics
+        bake.apply_bake(obj, settings.bake_target, positions, self._first, settings.metres_per_unit)
+        self.report({'INFO'}, f"Face Physics: baked {len(positions)} frames ({job.result.get('message', '')})")
+
+
+class FACE_PHYSICS_OT_cancel_job(bpy.types.Operator):
+    """Stop the running Face Physics job; the scene stays as it was"""
+    bl_idname = "face_physics.cancel_job"
+    bl_label = "Cancel"
+
+    @classmethod
+    def poll(cls, context):
+        return current_job() is not None
+
+    def execute(self, context):
+        current_job().cancel()
+        return {'FINISHED'}
+
+
+class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
+    """Create a Python environment for the solver in the add-on's user folder and install its
+    packages (several minutes; needs the network and the SuiteSparse and IPOPT libraries)"""
+    bl_idname = "face_physics.install_solver"
+    bl_label = "Install Solver"
+
+    @classmethod
+    def poll(cls, context):
+        if current_job() is not None:
+            cls.poll_message_set("A Face Physics job is running")
+            return False
+        return True
+
+    def start(self, context):
+        venv = preferences.solver_venv_dir()
+        return Job("install solver", solver_environment.install_command(venv))
+
+    def apply(self, context, job):
+        self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'solver installed')}")
+
+
+class FACE_PHYSICS_OT_fit(bpy.types.Operator):
+    """Fit muscle activations to the shape keys (inverse physics)"""
+    bl_idname = "face_physics.fit"
+    bl_label = "Fit Shape Keys"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        cls.poll_message_set("Fitting is not wired into the add-on yet: it needs a `fit` job in the solver's "
+                             "job runner (inverse physics, issue 4)")
+        return False
+
+    def execute(self, context):
+        return {'CANCELLED'}
+
+
+class FACE_PHYSICS_OT_palsy_preset(bpy.types.Operator):
+    """Bell's palsy: every muscle of one side paralysed, the other side free"""
+    bl_idname = "face_physics.palsy_preset"
+    bl_label = "Bell's Palsy"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    side: EnumProperty(items=(('LEFT', "Left", "The subject's left"), ('RIGHT', "Right", "The subject's right"),
+                              ('NONE', "None", "No muscle paralysed")))
+
+    @classmethod
+    def poll(cls, context):
+        obj = skin_object(context)
+        if obj is None or not len(obj.face_physics.muscles):
+            cls.poll_message_set("Build the model first: the muscles come from it")
+            return False
+        return True
+
+    def execute(self, context):
+        suffix = {'LEFT': LEFT, 'RIGHT': RIGHT, 'NONE': None}[self.side]
+        for muscle in skin_object(context).face_physics.muscles:
+            muscle.paralysed = suffix is not None and muscle.name.endswith(suffix)
+        return {'FINISHED'}
+
+
+class FACE_PHYSICS_OT_zombie_preset(bpy.types.Operator):
+    """Zombie (Phace Fig. 13): stiffness ×0.7–5.7 and density ×1–3 over the painted maps"""
+    bl_idname = "face_physics.zombie_preset"
+    bl_label = "Zombie"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        return skin_object(context) is not None
+
+    def execute(self, context):
+        settings = skin_object(context).face_physics
+        settings.stiffness_range = (0.7, 5.7)
+        settings.density_range = (1.0, 3.0)
+        if not settings.stiffness_group or not settings.density_group:
+            self.report({'INFO'}, "Zombie ranges set; paint the stiffness map (lips, eyes high) and the density "
+                                  "map (cheeks high) to place them")
+        return {'FINISHED'}
+
+
+MAP_FIELDS = (('fat_group', "Fat", "FacePhysics_fat"), ('paralysis_group', "Paralysis", "FacePhysics_paralysis"),
+              ('stiffness_group', "Stiffness", "FacePhysics_stiffness"),
+              ('density_group', "Density", "FacePhysics_density"))
+
+
+class FACE_PHYSICS_OT_paint_map(bpy.types.Operator):
+    """Paint a map: create its vertex group if needed, make it active and enter Weight Paint"""
+    bl_idname = "face_physics.paint_map"
+    bl_label = "Paint Map"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    field: EnumProperty(items=[(field, label, "") for field, label, _ in MAP_FIELDS])
+    create: bpy.props.BoolProperty(name="Create", description="Create a new vertex group for the map")
+
+    @classmethod
+    def poll(cls, context):
+        return skin_object(context) is not None
+
+    def execute(self, context):
+        obj = skin_object(context)
+        settings = obj.face_physics
+        group = obj.vertex_groups.get(getattr(settings, self.field))
+        if group is None or self.create:
+            default_name = dict((field, name) for field, _, name in MAP_FIELDS)[self.field]
+            group = obj.vertex_groups.new(name=default_name)
+            setattr(settings, self.field, group.name)
+        obj.vertex_groups.active_index = group.index
+        if context.mode != 'PAINT_WEIGHT' and context.view_layer.objects.active == obj:
+            bpy.ops.object.mode_set(mode='WEIGHT_PAINT')
+        return {'FINISHED'}
+
+
+class FACE_PHYSICS_OT_check(bpy.types.Operator):
+    """Check the skin before building or baking: degenerate faces, NaNs, units, shape-key names,
+    topology since the build, modifiers before the cache"""
+    bl_idname = "face_physics.check"
+    bl_label = "Check Mesh"
+
+    @classmethod
+    def poll(cls, context):
+        return skin_object(context) is not None
+
+    def execute(self, context):
+        obj = skin_object(context)
+        findings = scene_export.export_rig(context, obj)[1]
+        if obj.face_physics.model_path:
+            findings += bake_preflight(context, obj)
+        _report_findings(self, findings)
+        if not findings:
+            self.report({'INFO'}, "Face Physics: no problems found")
+        return {'FINISHED'}
+
+
+class FACE_PHYSICS_OT_map_shape_key_names(bpy.types.Operator):
+    """List the shape keys whose names are not ARKit names, to map them"""
+    bl_idname = "face_physics.map_shape_key_names"
+    bl_label = "List Non-ARKit Names"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        obj = skin_object(context)
+        return obj is not None and obj.data.shape_keys is not None
+
+    def execute(self, context):
+        obj = skin_object(context)
+        settings = obj.face_physics
+        mapping = scene_export.name_mapping(settings)
+        listed = {item.name for item in settings.name_mappings}
+        names = scene_export.shape_keys(obj, mapping)[0]
+        for name in names:
+            if name not in listed and preflight.solver_shape_key_name(name, {}) not in preflight.SOLVER_SHAPE_KEYS:
+                settings.name_mappings.add().name = name
+        return {'FINISHED'}
+
+
+class FACE_PHYSICS_OT_collider_add(bpy.types.Operator):
+    """Add a collider slot (collisions arrive with issue 5)"""
+    bl_idname = "face_physics.collider_add"
+    bl_label = "Add Collider"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    remove: bpy.props.BoolProperty()
+
+    @classmethod
+    def poll(cls, context):
+        return skin_object(context) is not None
+
+    def execute(self, context):
+        settings = skin_object(context).face_physics
+        if self.remove:
+            if len(settings.colliders):
+                settings.colliders.remove(settings.collider_index)
+                settings.collider_index = max(0, settings.collider_index - 1)
+        else:
+            settings.colliders.add()
+            settings.collider_index = len(settings.colliders) - 1
+        return {'FINISHED'}
+
+
+class FACE_PHYSICS_OT_muscle_overlay(bpy.types.Operator):
+    """Show or hide the model's muscles as a coloured mesh object parented to the skin"""
+    bl_idname = "face_physics.muscle_overlay"
+    bl_label = "Muscle Overlay"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        obj = skin_object(context)
+        if obj is None or not obj.face_physics.model_path:
+            cls.poll_message_set("Build the model first")
+            return False
+        return True
+
+    def execute(self, context):
+        obj = skin_object(context)
+        if muscle_overlay.find_overlay(obj) is not None:
+            muscle_overlay.remove_overlay(obj)
+        else:
+            muscle_overlay.create_overlay(obj)
+        return {'FINISHED'}
+
+
+class FACE_PHYSICS_OT_import_rig(bpy.types.Operator):
+    """Import a face-rig .npz (e.g. `python -m solver demo-rig -o head.npz`) as a mesh with shape keys"""
+    bl_idname = "face_physics.import_rig"
+    bl_label = "Import Face Rig (.npz)"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    filepath: StringProperty(subtype='FILE_PATH')
+    filter_glob: StringProperty(default="*.npz", options={'HIDDEN'})
+
+    def invoke(self, context, event):
+        context.window_manager.fileselect_add(self)
+        return {'RUNNING_MODAL'}
+
+    def execute(self, context):
+        from .rig_import import import_rig
+        try:
+            obj = import_rig(context, bpy.path.abspath(self.filepath))
+        except (OSError, ValueError, KeyError) as error:
+            self.report({'ERROR'}, f"could not import {self.filepath}: {error}")
+            return {'CANCELLED'}
+        self.report({'INFO'}, f"imported {obj.name}")
+        return {'FINISHED'}
+
+
+CLASSES = (FACE_PHYSICS_OT_build, FACE_PHYSICS_OT_bake, FACE_PHYSICS_OT_cancel_job, FACE_PHYSICS_OT_install_solver,
+           FACE_PHYSICS_OT_fit, FACE_PHYSICS_OT_palsy_preset, FACE_PHYSICS_OT_zombie_preset,
+           FACE_PHYSICS_OT_paint_map, FACE_PHYSICS_OT_check, FACE_PHYSICS_OT_map_shape_key_names,
+           FACE_PHYSICS_OT_collider_add, FACE_PHYSICS_OT_muscle_overlay, FACE_PHYSICS_OT_import_rig)

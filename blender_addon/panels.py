@@ -1,0 +1,260 @@
+"""The "Face Physics" tab of the 3D View sidebar. Panels only draw; operators do the work."""
+from __future__ import annotations
+
+import bpy
+
+from . import muscle_overlay, preferences, solver_environment
+from .job_runner import current_job
+
+CATEGORY = "Face Physics"
+
+
+def draw_solver_status(layout, context, always=False) -> bool:
+    """The one message shown while no solver Python is available; True when it was drawn."""
+    if preferences.solver_python() is not None:
+        if always:
+            layout.label(text=f"Solver Python: {preferences.solver_python()}", icon='CHECKMARK')
+        return False
+    box = layout.box()
+    box.alert = True
+    column = box.column(align=True)
+    message = solver_environment.missing_solver_message(preferences.preferred_python())
+    for line in _wrap(message, 48):
+        column.label(text=line)
+    box.operator("face_physics.install_solver", icon='IMPORT')
+    return True
+
+
+def _wrap(text: str, width: int):
+    line = ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            yield line
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    if line:
+        yield line
+
+
+def draw_job_status(layout, context) -> None:
+    state = context.window_manager.face_physics_job
+    if current_job() is not None and state.running:
+        box = layout.box()
+        box.label(text=f"{state.description}: {state.message}", icon='TIME')
+        row = box.row()
+        row.prop(state, "progress", text="Progress", slider=True)
+        row.operator("face_physics.cancel_job", icon='CANCEL')
+    elif state.last_error:
+        box = layout.box()
+        box.alert = True
+        for line in _wrap(f"Last job failed: {state.last_error}", 48):
+            box.label(text=line)
+
+
+class _FacePhysicsPanel:
+    bl_space_type = 'VIEW_3D'
+    bl_region_type = 'UI'
+    bl_category = CATEGORY
+
+    @classmethod
+    def poll(cls, context):
+        obj = context.active_object
+        return obj is not None and obj.type == 'MESH'
+
+
+class FACE_PHYSICS_UL_muscles(bpy.types.UIList):
+    def draw_item(self, context, layout, data, item, icon, active_data, active_property, index=0, flt_flag=0):
+        row = layout.row(align=True)
+        row.prop(item, "paralysed", text="", icon='CANCEL' if item.paralysed else 'CHECKBOX_DEHLT', emboss=False)
+        row.label(text=item.name)
+        row.prop(item, "contraction", text="", slider=True)
+
+
+class FACE_PHYSICS_UL_names(bpy.types.UIList):
+    def draw_item(self, context, layout, data, item, icon, active_data, active_property, index=0, flt_flag=0):
+        row = layout.row(align=True)
+        row.label(text=item.name)
+        row.prop(item, "arkit_name", text="")
+
+
+class FACE_PHYSICS_UL_colliders(bpy.types.UIList):
+    def draw_item(self, context, layout, data, item, icon, active_data, active_property, index=0, flt_flag=0):
+        layout.prop(item, "collider", text="")
+
+
+class VIEW3D_PT_face_physics_model(_FacePhysicsPanel, bpy.types.Panel):
+    bl_label = "Model"
+
+    @classmethod
+    def poll(cls, context):
+        return True
+
+    def draw(self, context):
+        layout = self.layout
+        if draw_solver_status(layout, context):
+            return
+        draw_job_status(layout, context)
+        obj = context.active_object
+        if obj is None or obj.type != 'MESH':
+            layout.label(text="Select the skin: a mesh with ARKit shape keys", icon='INFO')
+            layout.operator("face_physics.import_rig", icon='IMPORT')
+            return
+        settings = obj.face_physics
+        layout.label(text=f"Skin: {obj.name}", icon='MESH_DATA')
+        column = layout.column(align=True)
+        for name in ("teeth_object", "lower_teeth_object", "skull_object", "jaw_object", "head_object"):
+            column.prop(settings, name)
+        layout.prop(settings, "target_tets")
+        row = layout.row(align=True)
+        row.operator("face_physics.build", icon='MOD_PHYSICS')
+        row.operator("face_physics.check", icon='VIEWZOOM', text="")
+        if settings.model_path:
+            box = layout.box()
+            box.label(text=f"{settings.model_tets} tets, {settings.model_nodes} nodes, "
+                           f"{len(settings.muscles)} muscles")
+            box.label(text=settings.model_path, icon='FILE')
+            shown = muscle_overlay.find_overlay(obj) is not None
+            box.operator("face_physics.muscle_overlay", text="Hide Muscles" if shown else "Show Muscles",
+                         icon='HIDE_OFF' if shown else 'HIDE_ON', depress=shown)
+        else:
+            layout.label(text="No model yet: press Build", icon='INFO')
+        if obj.data.shape_keys is not None:
+            layout.label(text="Shape-key name mapping (non-ARKit names):")
+            layout.template_list("FACE_PHYSICS_UL_names", "", settings, "name_mappings", settings,
+                                 "name_mapping_index", rows=2)
+            layout.operator("face_physics.map_shape_key_names", icon='SORTALPHA')
+
+
+class VIEW3D_PT_face_physics_fit(_FacePhysicsPanel, bpy.types.Panel):
+    bl_label = "Fit"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    def draw(self, context):
+        layout = self.layout
+        settings = context.active_object.face_physics
+        layout.template_list("FACE_PHYSICS_UL_names", "fit", settings, "fit_errors", settings, "fit_index", rows=2)
+        layout.operator("face_physics.fit", icon='CON_KINEMATIC')
+        layout.label(text="Fitting arrives with the solver's fit command (issue 4)", icon='INFO')
+
+
+class VIEW3D_PT_face_physics_muscles(_FacePhysicsPanel, bpy.types.Panel):
+    bl_label = "Muscles"
+
+    def draw(self, context):
+        layout = self.layout
+        obj = context.active_object
+        settings = obj.face_physics
+        if not len(settings.muscles):
+            layout.label(text="Build the model to list its muscles", icon='INFO')
+            return
+        layout.template_list("FACE_PHYSICS_UL_muscles", "", settings, "muscles", settings, "muscle_index", rows=6)
+        row = layout.row(align=True)
+        row.label(text="Bell's palsy:")
+        row.operator("face_physics.palsy_preset", text="Left").side = 'LEFT'
+        row.operator("face_physics.palsy_preset", text="Right").side = 'RIGHT'
+        row.operator("face_physics.palsy_preset", text="Clear").side = 'NONE'
+        _map_row(layout, obj, "paralysis_group", 'paralysis_group')
+
+
+def _map_row(layout, obj, prop, field):
+    row = layout.row(align=True)
+    row.prop_search(obj.face_physics, prop, obj, "vertex_groups")
+    create = row.operator("face_physics.paint_map", text="", icon='ADD')
+    create.field, create.create = field, True
+    edit = row.operator("face_physics.paint_map", text="", icon='BRUSH_DATA')
+    edit.field, edit.create = field, False
+
+
+class VIEW3D_PT_face_physics_fat(_FacePhysicsPanel, bpy.types.Panel):
+    bl_label = "Fat"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    def draw(self, context):
+        layout = self.layout
+        obj = context.active_object
+        settings = obj.face_physics
+        _map_row(layout, obj, "fat_group", 'fat_group')
+        layout.prop(settings, "fat_scale", slider=True)
+        column = layout.column(align=True)
+        column.prop(settings, "diffusion_steps")
+        column.prop(settings, "diffusion_time_step")
+
+
+class VIEW3D_PT_face_physics_stiffness(_FacePhysicsPanel, bpy.types.Panel):
+    bl_label = "Stiffness & Mass"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    def draw(self, context):
+        layout = self.layout
+        obj = context.active_object
+        settings = obj.face_physics
+        _map_row(layout, obj, "stiffness_group", 'stiffness_group')
+        layout.prop(settings, "stiffness_range")
+        _map_row(layout, obj, "density_group", 'density_group')
+        layout.prop(settings, "density_range")
+        layout.operator("face_physics.zombie_preset", icon='GHOST_ENABLED')
+
+
+class VIEW3D_PT_face_physics_collisions(_FacePhysicsPanel, bpy.types.Panel):
+    bl_label = "Collisions"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    def draw(self, context):
+        layout = self.layout
+        settings = context.active_object.face_physics
+        layout.label(text="Saved with the file; the solver uses them once collisions land (issue 5)",
+                     icon='INFO')
+        row = layout.row()
+        row.prop(settings, "teeth_contact")
+        row.prop(settings, "lip_contact")
+        row = layout.row()
+        row.template_list("FACE_PHYSICS_UL_colliders", "", settings, "colliders", settings, "collider_index",
+                          rows=2)
+        column = row.column(align=True)
+        column.operator("face_physics.collider_add", text="", icon='ADD').remove = False
+        column.operator("face_physics.collider_add", text="", icon='REMOVE').remove = True
+        layout.prop(settings, "collision_padding")
+
+
+class VIEW3D_PT_face_physics_dynamics(_FacePhysicsPanel, bpy.types.Panel):
+    bl_label = "Dynamics"
+    bl_options = {'DEFAULT_CLOSED'}
+
+    def draw(self, context):
+        layout = self.layout
+        settings = context.active_object.face_physics
+        layout.prop(settings, "dynamics", expand=True)
+        column = layout.column()
+        column.enabled = settings.dynamics == 'DYNAMIC'
+        column.prop(settings, "substeps")
+        layout.prop(settings, "gravity")
+        layout.prop(settings, "wind_object")
+        column = layout.column()
+        column.enabled = settings.wind_object is None
+        column.prop(settings, "wind_direction")
+        column.prop(settings, "wind_speed")
+
+
+class VIEW3D_PT_face_physics_bake(_FacePhysicsPanel, bpy.types.Panel):
+    bl_label = "Bake"
+
+    def draw(self, context):
+        layout = self.layout
+        settings = context.active_object.face_physics
+        draw_job_status(layout, context)
+        layout.prop(settings, "use_scene_range")
+        row = layout.row(align=True)
+        row.enabled = not settings.use_scene_range
+        row.prop(settings, "frame_start")
+        row.prop(settings, "frame_end")
+        layout.prop(settings, "bake_target")
+        layout.operator("face_physics.bake", icon='RENDER_ANIMATION')
+        if settings.baked_target:
+            layout.label(text=f"Baked: {settings.baked_target}", icon='CHECKMARK')
+
+
+CLASSES = (FACE_PHYSICS_UL_muscles, FACE_PHYSICS_UL_names, FACE_PHYSICS_UL_colliders,
+           VIEW3D_PT_face_physics_model, VIEW3D_PT_face_physics_fit, VIEW3D_PT_face_physics_muscles,
+           VIEW3D_PT_face_physics_fat, VIEW3D_PT_face_physics_stiffness, VIEW3D_PT_face_physics_collisions,
+           VIEW3D_PT_face_physics_dynamics, VIEW3D_PT_face_physics_bake)

@@ -1,0 +1,135 @@
+"""Settings stored in the .blend: one `face_physics` group per object (the skin), plus the
+running job's state on the window manager (not saved)."""
+
+import bpy
+from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, FloatVectorProperty,
+                       IntProperty, PointerProperty, StringProperty)
+
+# The solver's defaults (solver/physics/maps.py); repeated here because the add-on cannot import it.
+DEFAULT_DIFFUSION_STEPS = 10
+DEFAULT_DIFFUSION_TIME_STEP_M2 = 3e-6
+
+
+def _is_mesh(self, obj):
+    return obj.type == 'MESH'
+
+
+class FACE_PHYSICS_PG_muscle(bpy.types.PropertyGroup):
+    # `name` (built in) is the atlas muscle name, e.g. zygomaticus_major_L.
+    contraction: FloatProperty(
+        name="Contraction", default=1.0, min=0.05, soft_min=0.5, soft_max=2.5, options={'ANIMATABLE'},
+        description="Contraction γ along the fibre sent to the solver for preview and bake "
+                    "(1 = rest, above 1 contracts). Animatable")
+    paralysed: BoolProperty(name="Paralysed", description="This muscle cannot activate")
+
+
+class FACE_PHYSICS_PG_name_mapping(bpy.types.PropertyGroup):
+    # `name` (built in) is the shape key in the mesh.
+    arkit_name: StringProperty(name="ARKit name", description="The ARKit name to export this shape key as "
+                                                              "(e.g. mouthSmile_L); empty = export as is")
+
+
+class FACE_PHYSICS_PG_collider(bpy.types.PropertyGroup):
+    collider: PointerProperty(name="Collider", type=bpy.types.Object, poll=_is_mesh)
+
+
+class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
+    # Model
+    teeth_object: PointerProperty(name="Teeth", type=bpy.types.Object, poll=_is_mesh,
+                                  description="Optional upper teeth (rigid with the skull)")
+    lower_teeth_object: PointerProperty(name="Lower teeth", type=bpy.types.Object, poll=_is_mesh,
+                                        description="Optional lower teeth (rigid with the jaw)")
+    skull_object: PointerProperty(name="Skull", type=bpy.types.Object, poll=_is_mesh,
+                                  description="Optional skull surface; estimated when empty")
+    jaw_object: PointerProperty(name="Jaw", type=bpy.types.Object, poll=_is_mesh,
+                                description="Optional mandible surface; estimated when empty")
+    head_object: PointerProperty(name="Head", type=bpy.types.Object,
+                                 description="Object whose motion moves the skull (e.g. the head bone's "
+                                             "empty); empty = the skull stays still relative to the skin")
+    target_tets: IntProperty(name="Resolution", default=35000, min=500, soft_max=150000,
+                             description="Approximate number of tetrahedra of the volumetric model")
+    name_mappings: CollectionProperty(type=FACE_PHYSICS_PG_name_mapping)
+    name_mapping_index: IntProperty()
+    # No FILE_PATH subtype: that would need PATH_SUPPORTS_BLEND_RELATIVE, which 4.2 lacks.
+    model_path: StringProperty(name="Model", description="The built MODEL.npz ('//' = beside the .blend)")
+    model_tets: IntProperty(name="Tets")
+    model_nodes: IntProperty(name="Nodes")
+    model_topology: StringProperty(description="Fingerprint of the mesh the model was built from")
+    metres_per_unit: FloatProperty(default=1.0, description="Rig metres per local unit at build time")
+    # Fit (issue 4): the list exists so files keep their layout when fitting lands.
+    fit_errors: CollectionProperty(type=FACE_PHYSICS_PG_name_mapping)
+    fit_index: IntProperty()
+    # Muscles
+    muscles: CollectionProperty(type=FACE_PHYSICS_PG_muscle)
+    muscle_index: IntProperty()
+    paralysis_group: StringProperty(name="Paralysis map", description="Vertex group: 1 = fully paralysed")
+    # Fat
+    fat_group: StringProperty(name="Fat map", description="Vertex group: where fat grows (1) or stays (0)")
+    fat_scale: FloatProperty(name="Slim ↔ Fat", default=1.0, min=0.5, max=1.5,
+                             description="Local growth where the fat map is 1 (1 = unchanged)")
+    diffusion_steps: IntProperty(name="Diffusion steps", default=DEFAULT_DIFFUSION_STEPS, min=0, max=1000)
+    diffusion_time_step: FloatProperty(name="Time step (m²)", default=DEFAULT_DIFFUSION_TIME_STEP_M2, min=1e-9,
+                                       max=1e-3, precision=7)
+    # Stiffness & mass
+    stiffness_group: StringProperty(name="Stiffness map")
+    stiffness_range: FloatVectorProperty(name="Stiffness ×", size=2, default=(1.0, 1.0), min=0.01, max=100.0,
+                                         description="Multiplier where the map is 0 and where it is 1")
+    density_group: StringProperty(name="Density map")
+    density_range: FloatVectorProperty(name="Density ×", size=2, default=(1.0, 1.0), min=0.01, max=100.0,
+                                       description="Multiplier where the map is 0 and where it is 1")
+    # Collisions (issue 5: stored, not yet sent)
+    teeth_contact: BoolProperty(name="Teeth contact", default=True)
+    lip_contact: BoolProperty(name="Lip contact", default=True)
+    colliders: CollectionProperty(type=FACE_PHYSICS_PG_collider)
+    collider_index: IntProperty()
+    collision_padding: FloatProperty(name="Padding", default=0.0005, min=0.0, max=0.01, subtype='DISTANCE')
+    # Dynamics
+    dynamics: EnumProperty(name="Mode", items=(('QUASI_STATIC', "Quasi-static", "Each frame at rest"),
+                                               ('DYNAMIC', "Dynamic", "Backward-Euler dynamics: inertia, jiggle")))
+    gravity: BoolProperty(name="Gravity")
+    wind_object: PointerProperty(name="Wind field", type=bpy.types.Object,
+                                 description="A Wind force field: its Z axis is the direction, its strength "
+                                             "the speed in m/s")
+    wind_direction: FloatVectorProperty(name="Wind direction", size=3, default=(0.0, -1.0, 0.0),
+                                        subtype='DIRECTION')
+    wind_speed: FloatProperty(name="Wind speed (m/s)", default=0.0, min=0.0, max=100.0)
+    substeps: IntProperty(name="Substeps", default=1, min=1, max=100)
+    # Bake
+    use_scene_range: BoolProperty(name="Scene range", default=True)
+    frame_start: IntProperty(name="Start", default=1)
+    frame_end: IntProperty(name="End", default=24)
+    bake_target: EnumProperty(name="Target", items=(
+        ('PC2', "Mesh Cache (.pc2)", "A point cache next to the .blend, played by a Mesh Cache modifier"),
+        ('SHAPE_KEYS', "Shape key per frame", "One shape key per frame, keyed on at its frame in the "
+                                              "shape keys' current action"),
+        ('ACTION', "New action", "One shape key per frame, keyed in a new action of their own; the shape keys' "
+                                 "previous action comes back when the bake is replaced")))
+    previous_key_action: PointerProperty(type=bpy.types.Action, description="The shape keys' action before an "
+                                                                             "action bake")
+    baked_target: StringProperty(description="What the last bake made (for replacing it)")
+
+
+class FACE_PHYSICS_PG_job(bpy.types.PropertyGroup):
+    running: BoolProperty()
+    description: StringProperty()
+    progress: FloatProperty(subtype='FACTOR', min=0.0, max=1.0)
+    message: StringProperty()
+    last_error: StringProperty()
+
+
+CLASSES = (FACE_PHYSICS_PG_muscle, FACE_PHYSICS_PG_name_mapping, FACE_PHYSICS_PG_collider,
+           FACE_PHYSICS_PG_object, FACE_PHYSICS_PG_job)
+
+
+def register():
+    for cls in CLASSES:
+        bpy.utils.register_class(cls)
+    bpy.types.Object.face_physics = PointerProperty(type=FACE_PHYSICS_PG_object)
+    bpy.types.WindowManager.face_physics_job = PointerProperty(type=FACE_PHYSICS_PG_job)
+
+
+def unregister():
+    del bpy.types.WindowManager.face_physics_job
+    del bpy.types.Object.face_physics
+    for cls in reversed(CLASSES):
+        bpy.utils.unregister_class(cls)

@@ -1,0 +1,319 @@
+"""The add-on in the real `bpy` module with the real solver subprocess: build, bake, cancel,
+errors, panels. The demo head is built at ~3000 tets so the suite stays quick."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+bpy = pytest.importorskip("bpy")
+import addon_utils  # noqa: E402  (comes with bpy)
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+ADDON = "blender_addon"
+FRAMES = (1, 5)
+MIDDLE_FRAME = 3
+
+
+def _preferences():
+    return bpy.context.preferences.addons[ADDON].preferences
+
+
+@pytest.fixture(scope="module")
+def addon(tmp_path_factory):
+    bpy.ops.wm.read_homefile(use_empty=True)
+    addon_utils.enable(ADDON, default_set=True, handle_error=None)
+    _preferences().solver_python = sys.executable
+    yield
+    addon_utils.disable(ADDON, default_set=True)
+
+
+@pytest.fixture(scope="module")
+def scene(addon, tmp_path_factory):
+    """The demo head imported, a user fat group painted, saved, built; plus a snapshot of the
+    user's own data to compare against after every operation."""
+    from blender_addon.rig_import import import_rig
+    folder = tmp_path_factory.mktemp("addon")
+    made = subprocess.run([sys.executable, "-m", "solver", "demo-rig", "-o", str(folder / "head.npz")],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    obj = import_rig(bpy.context, str(folder / "head.npz"))
+    fat = obj.vertex_groups.new(name="cheek fat")
+    rest = np.array([v.co for v in obj.data.vertices])
+    cheek = np.flatnonzero(rest[:, 0] > np.percentile(rest[:, 0], 80))
+    for index in cheek:
+        fat.add([int(index)], 0.5 + 0.5 * (index % 2), 'REPLACE')
+    jaw_open = obj.data.shape_keys.key_blocks["jawOpen"]
+    jaw_open.keyframe_insert("value", frame=1)          # the user's own shape-key action
+    bpy.ops.wm.save_as_mainfile(filepath=str(folder / "scene.blend"))
+    settings = obj.face_physics
+    settings.target_tets = 3000
+    unbuilt = folder / "unbuilt.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(unbuilt), copy=True)
+    assert bpy.ops.face_physics.build() == {'FINISHED'}
+    bpy.ops.wm.save_mainfile()
+    return {"object": obj, "folder": folder, "unbuilt": unbuilt, "user_data": _user_data(obj)}
+
+
+def _user_data(obj) -> dict:
+    """Every byte of the user's own shape keys and vertex groups."""
+    blocks = {}
+    for block in obj.data.shape_keys.key_blocks:
+        if block.name.startswith("FP bake "):
+            continue
+        co = np.empty(len(block.data) * 3, dtype=np.float32)
+        block.data.foreach_get("co", co)
+        blocks[block.name] = (co.tobytes(), block.value, block.relative_key.name, block.mute)
+    groups = {group.name: [(v.index, g.weight) for v in obj.data.vertices for g in v.groups
+                           if g.group == group.index] for group in obj.vertex_groups}
+    return {"shape_keys": blocks, "groups": groups}
+
+
+def _evaluated_metres(obj, frame) -> np.ndarray:
+    bpy.context.scene.frame_set(frame)
+    evaluated = obj.evaluated_get(bpy.context.evaluated_depsgraph_get())
+    co = np.empty(len(evaluated.data.vertices) * 3, dtype=np.float32)
+    evaluated.data.vertices.foreach_get("co", co)
+    return co.reshape(-1, 3).astype(np.float64) * obj.face_physics.metres_per_unit
+
+
+def _animate_muscles(obj):
+    settings = obj.face_physics
+    for muscle in settings.muscles:
+        if muscle.name.startswith(("zygomaticus", "levator_anguli")):
+            muscle.contraction = 1.0
+            muscle.keyframe_insert("contraction", frame=FRAMES[0])
+            muscle.contraction = 2.0
+            muscle.keyframe_insert("contraction", frame=FRAMES[1])
+    scene = bpy.context.scene
+    scene.frame_start, scene.frame_end = FRAMES
+
+
+def _bake_keeping_job(monkeypatch, tmp_path):
+    """Bake with the job folder kept, and return the solver's RESULT.npz skin positions."""
+    tmp_path.mkdir(parents=True)
+    monkeypatch.setenv("FACE_PHYSICS_KEEP_JOBS", "1")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert bpy.ops.face_physics.bake() == {'FINISHED'}
+    (job,) = glob.glob(str(tmp_path / "face_physics_job_*"))
+    with np.load(Path(job) / "result.npz", allow_pickle=False) as result:
+        return result["skin_positions"]
+
+
+def test_build_gives_a_model_with_muscles(scene):
+    settings = scene["object"].face_physics
+    assert 2000 < settings.model_tets < 6000 and settings.model_nodes > 0
+    assert len(settings.muscles) == 36 and os.path.isfile(bpy.path.abspath(settings.model_path))
+    assert settings.model_path.startswith("//face_physics/")
+
+
+def test_bake_to_pc2_then_shape_keys_matches_the_solver(scene, monkeypatch, tmp_path):
+    obj = scene["object"]
+    settings = obj.face_physics
+    _animate_muscles(obj)
+    settings.fat_group = "cheek fat"
+    settings.fat_scale = 1.2
+    assert bpy.ops.face_physics.palsy_preset(side='LEFT') == {'FINISHED'}
+    assert all(m.paralysed == m.name.endswith("_L") for m in settings.muscles)
+
+    settings.bake_target = 'PC2'
+    expected = _bake_keeping_job(monkeypatch, tmp_path / "pc2")
+    assert expected.shape[0] == FRAMES[1] - FRAMES[0] + 1
+    assert np.abs(expected[MIDDLE_FRAME - FRAMES[0]] - expected[0]).max() > 1e-4, "the clip should move"
+    modifier = obj.modifiers["Face Physics cache"]
+    assert modifier.type == 'MESH_CACHE' and modifier.filepath.startswith("//face_physics/")
+    assert list(obj.modifiers).index(modifier) == 0
+    np.testing.assert_allclose(_evaluated_metres(obj, MIDDLE_FRAME), expected[MIDDLE_FRAME - FRAMES[0]], atol=1e-5)
+    assert _user_data(obj) == scene["user_data"]
+
+    settings.bake_target = 'SHAPE_KEYS'
+    expected = _bake_keeping_job(monkeypatch, tmp_path / "keys")
+    _assert_shape_key_bake_matches(obj, expected)
+    assert _user_data(obj) == scene["user_data"]
+
+    # Re-bakes and the other targets apply the same solver result again (bake.apply_bake is what
+    # the Bake operator calls once the solver is done), so the solver runs only twice here.
+    from blender_addon import bake
+    metres = settings.metres_per_unit
+    bake.apply_bake(obj, 'SHAPE_KEYS', expected, FRAMES[0], metres)       # replaces only its own keys
+    _assert_shape_key_bake_matches(obj, expected)
+    key = obj.data.shape_keys
+    user_action = key.animation_data.action
+    bake.apply_bake(obj, 'ACTION', expected, FRAMES[0], metres)
+    assert key.animation_data.action != user_action and key.animation_data.action.name.startswith("FP bake ")
+    _assert_shape_key_bake_matches(obj, expected)
+    bake.apply_bake(obj, 'PC2', expected, FRAMES[0], metres)
+    assert key.animation_data.action == user_action, "replacing an action bake gives the user's action back"
+    assert not [action for action in bpy.data.actions if action.name.startswith("FP bake ")]
+    assert not [b for b in key.key_blocks if b.name.startswith("FP bake ")]
+    np.testing.assert_allclose(_evaluated_metres(obj, MIDDLE_FRAME), expected[MIDDLE_FRAME - FRAMES[0]], atol=1e-5)
+    assert _user_data(obj) == scene["user_data"]
+
+
+def _assert_shape_key_bake_matches(obj, expected):
+    assert "Face Physics cache" not in obj.modifiers
+    baked = [b.name for b in obj.data.shape_keys.key_blocks if b.name.startswith("FP bake ")]
+    assert baked == [f"FP bake {frame:04d}" for frame in range(FRAMES[0], FRAMES[1] + 1)]
+    for frame in (FRAMES[0], MIDDLE_FRAME, FRAMES[1]):
+        np.testing.assert_allclose(_evaluated_metres(obj, frame), expected[frame - FRAMES[0]], atol=1e-5)
+
+
+def test_the_farm_bake_command_bakes_a_saved_file_headless(scene, tmp_path):
+    bpy.context.scene.frame_start, bpy.context.scene.frame_end = FRAMES
+    scene["object"].face_physics.bake_target = 'PC2'
+    bpy.ops.wm.save_mainfile()
+    output = tmp_path / "baked.blend"
+    run = subprocess.run([sys.executable, "-m", "blender_addon.cli", "bake", bpy.data.filepath,
+                          "--solver-python", sys.executable, "--output", str(output)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert output.is_file() and f"baking {scene['object'].name}" in run.stdout
+    from solver.pc2 import read_pc2
+    cache = tmp_path / "face_physics" / f"baked_{scene['object'].name}.pc2"      # beside the output file
+    positions, start, _ = read_pc2(cache)
+    assert len(positions) == FRAMES[1] - FRAMES[0] + 1 and start == FRAMES[0]
+
+
+def test_cancel_during_a_bake_leaves_the_scene_unchanged(scene):
+    from blender_addon import operators
+    obj = scene["object"]
+    settings = obj.face_physics
+    settings.bake_target = 'PC2'
+    settings.use_scene_range = False
+    settings.frame_start, settings.frame_end = 1, 400
+    before = (_user_data(obj), [m.name for m in obj.modifiers],
+              [b.name for b in obj.data.shape_keys.key_blocks])
+    reports = []
+
+    class Caller:      # what an operator provides to the shared start function
+        def report(self, kind, message):
+            reports.append((kind, message))
+
+    try:
+        job = operators.start_bake_job(Caller(), bpy.context, obj)
+        assert job is not None, reports
+        while job.update() is None and not job.message.startswith("frame"):
+            pass
+        job.cancel()
+        assert job.wait() == 'CANCELLED'
+        job.close()
+    finally:
+        settings.use_scene_range = True
+    assert bpy.context.window_manager.face_physics_job.running is False
+    after = (_user_data(obj), [m.name for m in obj.modifiers], [b.name for b in obj.data.shape_keys.key_blocks])
+    assert after == before
+
+
+def test_a_solver_error_reaches_the_user_with_its_message(scene):
+    obj = scene["object"]
+    model = Path(bpy.path.abspath(obj.face_physics.model_path))
+    good = model.read_bytes()
+    model.write_bytes(b"this is not a model")
+    try:
+        with pytest.raises(RuntimeError, match=r"bake \d+ frames failed: .*not"):
+            bpy.ops.face_physics.bake()
+    finally:
+        model.write_bytes(good)
+    assert "not" in bpy.context.window_manager.face_physics_job.last_error
+
+
+def test_a_missing_solver_python_gives_the_install_message_not_a_traceback(scene):
+    preferences = _preferences()
+    preferences.solver_python = str(scene["folder"] / "no" / "python")
+    try:
+        assert not bpy.ops.face_physics.build.poll()
+        with pytest.raises(RuntimeError, match="solver Python in the Face Physics preferences does not exist"):
+            bpy.ops.face_physics.build()
+        assert bpy.ops.face_physics.install_solver.poll()
+    finally:
+        preferences.solver_python = sys.executable
+
+
+def test_the_fit_operator_says_it_needs_the_fit_command(scene):
+    assert not bpy.ops.face_physics.fit.poll()
+    with pytest.raises(RuntimeError, match="fit"):
+        bpy.ops.face_physics.fit()
+
+
+def _draw_panels(tmp_path, blend, object_name, solver_python):
+    report = tmp_path / "draw.json"
+    child = subprocess.run([sys.executable, str(ROOT / "tests" / "addon_draw_child.py"), str(blend), object_name,
+                            solver_python, str(report)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0 and report.is_file(), child.stderr
+    problems = [line for line in (child.stdout + child.stderr).splitlines()
+                if "rna_uiItem" in line or "not found" in line or "unknown operator" in line or "Error" in line]
+    assert not problems, problems
+    return json.loads(report.read_text())
+
+
+@pytest.mark.parametrize("state", ["with model", "without model", "no object", "no solver"])
+def test_every_panel_draws_into_a_real_layout(scene, tmp_path, state):
+    blend = scene["unbuilt"] if state == "without model" else Path(bpy.data.filepath)
+    bpy.ops.wm.save_mainfile()
+    object_name = "" if state == "no object" else scene["object"].name
+    solver_python = str(tmp_path / "missing-python") if state == "no solver" else sys.executable
+    drawn = _draw_panels(tmp_path, blend, object_name, solver_python)
+    panels = {entry["panel"]: entry for entry in drawn["panels"]}
+    assert all("error" not in entry for entry in panels.values()), panels
+    assert panels["VIEW3D_PT_face_physics_model"]["drawn"]
+    assert drawn["solver_missing"] == (state == "no solver")
+    expected_polled = state != "no object"
+    assert all(entry["polled"] == expected_polled for name, entry in panels.items()
+               if name != "VIEW3D_PT_face_physics_model")
+
+
+def test_muscle_overlay_toggles_a_coloured_child_object(scene):
+    from blender_addon import muscle_overlay
+    obj = scene["object"]
+    assert bpy.ops.face_physics.muscle_overlay() == {'FINISHED'}
+    overlay = muscle_overlay.find_overlay(obj)
+    assert overlay is not None and overlay.parent == obj and len(overlay.data.polygons) > 100
+    assert "muscle" in overlay.data.color_attributes
+    assert bpy.ops.face_physics.muscle_overlay() == {'FINISHED'}
+    assert muscle_overlay.find_overlay(obj) is None
+    assert _user_data(obj) == scene["user_data"]
+
+
+def test_paint_map_creates_the_group_and_enters_weight_paint(scene):
+    obj = scene["object"]
+    settings = obj.face_physics
+    previous = settings.stiffness_group
+    try:
+        assert bpy.ops.face_physics.paint_map(field='stiffness_group', create=True) == {'FINISHED'}
+        assert settings.stiffness_group == "FacePhysics_stiffness"
+        assert obj.vertex_groups.active.name == "FacePhysics_stiffness" and obj.mode == 'WEIGHT_PAINT'
+    finally:
+        bpy.ops.object.mode_set(mode='OBJECT')
+        group = obj.vertex_groups.get("FacePhysics_stiffness")
+        if group is not None:
+            obj.vertex_groups.remove(group)
+        settings.stiffness_group = previous
+
+
+def test_check_reports_non_arkit_names_and_the_mapping_list_fixes_them(scene):
+    obj = scene["object"]
+    block = obj.data.shape_keys.key_blocks["cheekPuff"]
+    try:
+        block.name = "puffy cheeks"
+        assert bpy.ops.face_physics.map_shape_key_names() == {'FINISHED'}
+        mappings = obj.face_physics.name_mappings
+        assert [item.name for item in mappings] == ["puffy cheeks"]
+        from blender_addon import scene_export
+        _, findings = scene_export.export_rig(bpy.context, obj)
+        assert any("puffy cheeks" in finding.message for finding in findings)
+        mappings[0].arkit_name = "cheekPuff"
+        rig, findings = scene_export.export_rig(bpy.context, obj)
+        assert not findings and "cheekPuff" in list(rig["shape_key_names"])
+        assert bpy.ops.face_physics.check() == {'FINISHED'}
+    finally:
+        block.name = "cheekPuff"
+        obj.face_physics.name_mappings.clear()

@@ -1,0 +1,143 @@
+"""The add-on's bpy-free modules: point caches, pre-flight checks, head motion, the child
+process bridge, and the rule that the add-on never imports numba or scipy."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from blender_addon import head_motion, pc2_cache, preflight, solver_environment  # noqa: E402
+from blender_addon.solver_process import SolverProcess  # noqa: E402
+from solver.pc2 import read_pc2  # noqa: E402
+
+
+def test_pc2_written_by_the_addon_reads_back_with_the_solver_reader(tmp_path):
+    frames = np.random.default_rng(0).normal(size=(4, 10, 3))
+    path = tmp_path / "bake.pc2"
+    assert pc2_cache.write_pc2(path, frames, 10, start_frame=7) == 4
+    positions, start, rate = read_pc2(path)
+    np.testing.assert_allclose(positions, frames, atol=1e-6)
+    assert (start, rate) == (7.0, 1.0)
+    assert pc2_cache.read_pc2_header(path)["samples"] == 4
+
+
+def test_a_failed_pc2_bake_keeps_the_previous_cache(tmp_path):
+    path = tmp_path / "bake.pc2"
+    pc2_cache.write_pc2(path, np.zeros((2, 5, 3)), 5, start_frame=1)
+    good = path.read_bytes()
+
+    def frames_then_failure():
+        yield np.ones((5, 3))
+        yield np.full((5, 3), np.nan)
+
+    with pytest.raises(ValueError, match="finite"):
+        pc2_cache.write_pc2(path, frames_then_failure(), 5, start_frame=1)
+    assert path.read_bytes() == good
+    assert os.listdir(tmp_path) == ["bake.pc2"]
+
+
+def test_preflight_reports_degenerate_faces_nans_units_names_topology_and_modifiers():
+    vertices = np.array([[0, 0, 0], [0.1, 0, 0], [0, 0.1, 0], [0.05, 0.05, 0.0]], dtype=float)
+    good = np.array([[0, 1, 2]])
+    assert preflight.check_geometry(vertices, good) == []
+    assert "degenerate" in preflight.check_geometry(vertices, np.array([[0, 1, 1]]))[0].message
+    assert "NaN" in preflight.check_geometry(vertices * np.nan, good)[0].message
+    assert "far from a head in metres" in preflight.check_geometry(vertices * 100, good)[0].message
+    names = preflight.check_shape_key_names(["jawOpen", "mouthSmileLeft", "smile_big"], {})
+    assert len(names) == 1 and "smile_big" in names[0].message and names[0].severity == preflight.WARNING
+    assert preflight.check_shape_key_names(["smile_big"], {"smile_big": "mouthSmile_L"}) == []
+    assert preflight.solver_shape_key_name("mouthSmileLeft", {}) == "mouthSmile_L"
+    signature = preflight.topology_signature(4, good)
+    assert preflight.check_topology(signature, signature) == []
+    assert "changed since" in preflight.check_topology(preflight.topology_signature(5, good), signature)[0].message
+    assert preflight.check_modifiers_before_cache([("Armature", "ARMATURE")]) == []
+    assert "Subdivision" in preflight.check_modifiers_before_cache([("Subdivision", "SUBSURF")])[0].message
+
+
+def test_head_transforms_are_rigid_and_relative_to_the_skin():
+    def transform(angle, translation, scale=1.0):
+        c, s = np.cos(angle), np.sin(angle)
+        matrix = np.eye(4)
+        matrix[:3, :3] = np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]]) * scale
+        matrix[:3, 3] = translation
+        return matrix
+
+    skin = [transform(0.3, [1, 2, 3], 2.0)] * 2
+    head = [transform(0.0, [0, 0, 0]), transform(0.2, [0.5, 0, 0])]
+    result = head_motion.head_transforms_in_rig_frame(skin, head, metres_per_unit=2.0)
+    np.testing.assert_allclose(result[0], np.eye(4), atol=1e-12)
+    rotation = result[1][:3, :3]
+    np.testing.assert_allclose(rotation @ rotation.T, np.eye(3), atol=1e-12)
+    assert np.isclose(np.arccos((np.trace(rotation) - 1) / 2), 0.2)
+    # Moving the skin and the head together is no motion at all for the solver.
+    np.testing.assert_allclose(head_motion.head_transforms_in_rig_frame(head, head, 1.0)[1], np.eye(4), atol=1e-12)
+
+
+def test_solver_process_reads_messages_without_blocking_and_cancels(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent("""
+        import json, signal, sys, time
+        def stop(*_):
+            print(json.dumps({"type": "cancelled", "message": "bye"}), flush=True)
+            print(json.dumps({"type": "done", "status": "cancelled", "exit_code": 3}), flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, stop)
+        print("not json", flush=True)
+        print(json.dumps({"type": "progress", "message": "one", "fraction": 0.5}), flush=True)
+        print("a warning on stderr", file=sys.stderr, flush=True)
+        time.sleep(60)
+    """))
+    process = SolverProcess([sys.executable, str(script)])
+    deadline = time.monotonic() + 20
+    messages = []
+    while not messages and time.monotonic() < deadline:
+        messages += process.poll()       # returns at once, empty or not
+        time.sleep(0.01)
+    assert messages == [{"type": "progress", "message": "one", "fraction": 0.5}]
+    started = time.monotonic()
+    process.cancel()
+    assert time.monotonic() - started < 2.5
+    process.wait(10)
+    assert process.returncode == 3 and process.finished
+    assert [m["type"] for m in process.poll()] == ["cancelled", "done"]
+    assert "not json" in process.stderr_tail() and "a warning on stderr" in process.stderr_tail()
+
+
+def test_solver_environment_puts_the_solver_source_on_the_path():
+    assert solver_environment.solver_source_dir() == ROOT
+    env = solver_environment.solver_environment({"PYTHONPATH": "/elsewhere", "PYTHONHOME": "/blender"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"] and "PYTHONHOME" not in env
+    assert "bpy" not in solver_environment.solver_requirements("numpy==1\nbpy==5.0.1  # tests\nscipy==2\n")
+    assert solver_environment.resolve_solver_python("/no/such/python", None) is None
+    assert solver_environment.resolve_solver_python(sys.executable, None) == Path(sys.executable)
+
+
+def test_the_addon_never_imports_numba_or_scipy():
+    code = textwrap.dedent("""
+        import sys, bpy, addon_utils
+        sys.path.insert(0, sys.argv[1])
+        addon_utils.enable("blender_addon", default_set=True, handle_error=None)
+        import blender_addon.cli, blender_addon.bake, blender_addon.muscle_overlay, blender_addon.rig_import
+        import blender_addon.install_solver
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "scipy", "solver")))
+    """)
+    pytest.importorskip("bpy")
+    run = subprocess.run([sys.executable, "-c", code, str(ROOT)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_solver_never_imports_bpy():
+    run = subprocess.run([sys.executable, "-c", "import sys, solver.jobs, solver.cli; "
+                          "print('bpy' in sys.modules)"], cwd=ROOT, capture_output=True, text=True)
+    assert run.stdout.strip() == "False", run.stderr
