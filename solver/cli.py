@@ -4,7 +4,9 @@ Commands:
   demo-rig     write the built-in procedural demo head as a face rig
   build-model  turn a face rig into a volumetric model
   demo         demo head → model → pictures, into one folder
-  animate      run a model through per-frame muscle activations (forward physics)
+  fit          find the activations and jaw pose behind each shape key (inverse physics)
+  animate      run a model through per-frame activations, or shape-key weights through a fit
+  run-job      run a job folder (job.json) written by the Blender add-on; always JSON lines
 
 Progress goes to stderr as text, or to stdout as one JSON object per line with
 --json (`{"type": "progress"|"result"|"error", ...}`), for programs that drive the solver.
@@ -17,6 +19,12 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+
+
+class InputError(ValueError):
+    """Arguments that do not go together (the message says how to fix them)."""
 
 
 class _Reporter:
@@ -88,7 +96,16 @@ def _animate(args, report):
     from .physics.inputs import load_activations, load_maps
     from .physics.simulator import SimulationSettings
     model = load_model(args.model)
-    activations = load_activations(args.activations, model)
+    detail = None
+    if args.weights is None:
+        activations = load_activations(args.activations, model)
+    else:                       # MODEL FIT WEIGHTS: the second positional is the fit
+        from .inverse.blend import blend, load_weights
+        from .inverse.fit_file import load_fit
+        fit = load_fit(args.activations, model)
+        weights, _, fps, head_transforms = load_weights(args.weights, fit)
+        blended = blend(fit, weights, fps, head_transforms, detail=not args.no_detail)
+        activations, detail = blended.activations, blended.detail
     maps = load_maps(args.maps, model) if args.maps else None
     settings = SimulationSettings(dynamic=args.dynamic, gravity=args.gravity, fps=activations.fps,
                                   substeps=args.substeps, wind=args.wind)
@@ -99,12 +116,58 @@ def _animate(args, report):
                         f"iterations, {event['seconds']:.2f} s{state}", **event)
 
     result = animate(model, activations, args.output, settings, maps=maps, fat_scale=args.fat_scale,
-                     progress=on_frame)
+                     progress=on_frame, skin_detail=detail)
     unconverged = int((~result.converged).sum())
     report.result(path=str(args.output), cache=str(args.output.with_suffix(".pc2")),
                   frames=int(len(result.converged)), unconverged_frames=unconverged,
                   message=f"wrote {args.output} and {args.output.with_suffix('.pc2')}: {len(result.converged)} "
                           f"frames, {unconverged} not converged")
+
+
+def _fit(args, report):
+    from .inverse.fit_file import save_fit
+    from .inverse.shapes import fit_shapes, select_shapes
+    from .model_file import load_model
+    from .rig import load_rig
+    model = load_model(args.model)
+    rig = load_rig(args.rig)
+    if len(rig.vertices) != len(model["skin_vertices"]) or not np.allclose(rig.vertices, model["skin_vertices"],
+                                                                          atol=1e-9):
+        raise InputError(f"{args.rig} is not the rig {args.model} was built from (its neutral skin differs); "
+                         f"build the model from this rig first")
+    names = select_shapes(rig, args.shapes)
+    if args.jobs < 1:
+        raise InputError("--jobs must be at least 1")
+
+    def on_shape(fit, done, total):
+        mean, p95, worst = fit.error_mm
+        report.progress(f"{fit.name} ({done}/{total}): {fit.status}, error mean {mean:.2f} / 95th {p95:.2f} / "
+                        f"max {worst:.2f} mm, {fit.iterations} iterations, {fit.seconds:.1f} s",
+                        shape=fit.name, done=done, total=total, status=fit.status,
+                        error_mm=[round(float(e), 4) for e in fit.error_mm], iterations=int(fit.iterations),
+                        seconds=round(fit.seconds, 2))
+
+    arrays = fit_shapes(model, rig, names, jobs=args.jobs, progress=on_shape)
+    save_fit(args.output, arrays)
+    errors = arrays["fit_error_mm"]
+    report.result(path=str(args.output), shapes=len(names),
+                  worst_mean_error_mm=round(float(errors[:, 0].max()), 4),
+                  message=f"wrote {args.output}: {len(names)} shapes, mean error up to {errors[:, 0].max():.2f} mm "
+                          f"(95th percentile up to {errors[:, 1].max():.2f} mm), {float(arrays['total_seconds']):.0f} s")
+
+
+def _names(text):
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one shape-key name")
+    return names
+
+
+def _run_job(args, report):
+    from .jobs import run_job
+    code = run_job(args.job_dir)
+    if code:
+        raise SystemExit(code)
 
 
 def _wind(text):
@@ -133,9 +196,22 @@ def _parser():
     demo.add_argument("--out", type=Path, default=Path("out/demo"))
     demo.add_argument("--target-tets", type=int, default=30000)
     demo.set_defaults(run=_demo)
-    run = commands.add_parser("animate", help="forward physics: MODEL.npz + ACTIVATIONS.npz → RESULT.npz and .pc2")
+    fit = commands.add_parser("fit", help="inverse physics: the activations and jaw pose behind each shape key")
+    fit.add_argument("model", type=Path)
+    fit.add_argument("rig", type=Path)
+    fit.add_argument("-o", "--output", type=Path, required=True)
+    fit.add_argument("--shapes", type=_names, default=None, help="comma-separated shape keys (default: all)")
+    fit.add_argument("--jobs", type=int, default=1, help="shapes fitted in parallel processes")
+    fit.set_defaults(run=_fit)
+
+    run = commands.add_parser("animate", help="forward physics: MODEL.npz + ACTIVATIONS.npz (or FIT.npz + "
+                                              "WEIGHTS.npz) → RESULT.npz and .pc2")
     run.add_argument("model", type=Path)
-    run.add_argument("activations", type=Path)
+    run.add_argument("activations", type=Path, help="ACTIVATIONS.npz, or FIT.npz when WEIGHTS.npz follows")
+    run.add_argument("weights", type=Path, nargs="?", default=None,
+                     help="WEIGHTS.npz: shape-key weights per frame, played through FIT.npz")
+    run.add_argument("--no-detail", action="store_true",
+                     help="with FIT + WEIGHTS: physics only, without the shape keys' residual detail")
     run.add_argument("-o", "--output", type=Path, required=True)
     run.add_argument("--dynamic", action="store_true", help="backward-Euler dynamics instead of quasi-statics")
     run.add_argument("--substeps", type=int, default=1, help="time steps per frame when dynamic")
@@ -144,6 +220,9 @@ def _parser():
     run.add_argument("--maps", type=Path, help="MAPS.npz with fat/stiffness/density/paralysis maps")
     run.add_argument("--fat-scale", type=float, default=1.0, help="plastic scale where the fat map is 1")
     run.set_defaults(run=_animate)
+    job = commands.add_parser("run-job", help="run JOB_DIR/job.json (the add-on's job protocol, docs/addon.md)")
+    job.add_argument("job_dir", type=Path)
+    job.set_defaults(run=_run_job)
     return parser
 
 
@@ -152,11 +231,14 @@ def main(argv=None) -> int:
     report = _Reporter(args.json)
     from .model_builder.errors import ModelBuildError
     from .model_file import ModelFormatError
+    from .inverse.fit_file import FitFormatError
+    from .inverse.shapes import ShapeSelectionError
     from .physics.inputs import AnimationInputError
     from .rig import RigFormatError
     try:
         args.run(args, report)
-    except (RigFormatError, ModelBuildError, ModelFormatError, AnimationInputError) as error:
+    except (RigFormatError, ModelBuildError, ModelFormatError, AnimationInputError, FitFormatError,
+            ShapeSelectionError, InputError) as error:
         report.error(str(error))
         return 2
     return 0

@@ -49,7 +49,10 @@ def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float) -> M
 
 def animate(model, activations: ActivationInput, result_path, settings: SimulationSettings,
             maps: Optional[MapsInput] = None, fat_scale: float = 1.0,
-            progress: Callable[[dict], None] = lambda event: None) -> AnimationResult:
+            progress: Callable[[dict], None] = lambda event: None,
+            skin_detail: Optional[np.ndarray] = None) -> AnimationResult:
+    """Run every frame; `skin_detail` (T, V, 3), when given, is added to the simulated skin
+    (the shape-key detail the tet mesh cannot carry, inverse/blend.py)."""
     result_path = Path(result_path)
     simulator = FaceSimulator(model, settings, overrides_from_maps(model, maps, fat_scale))
     frames = activations.frame_count
@@ -63,6 +66,8 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
             step = simulator.step(activations.tet_activations(model, frame), activations.jaw[frame],
                                   activations.head_transforms[frame])
             skin[frame] = simulator.skin_positions()
+            if skin_detail is not None:
+                skin[frame] += skin_detail[frame]
             converged[frame], iterations[frame], seconds[frame] = step.converged, step.iterations, step.seconds
             cache.append(skin[frame])
             progress({"frame": frame + 1, "frames": frames, "converged": bool(step.converged),

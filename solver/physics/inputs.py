@@ -82,7 +82,7 @@ class MapsInput:
     paralysed_muscles: Tuple[str, ...] = field(default_factory=tuple)
 
 
-def _read_npz(path, accepted_keys, what) -> dict:
+def read_npz(path, accepted_keys, what) -> dict:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise AnimationInputError(f"{path}: no such {what} file.")
@@ -106,7 +106,7 @@ def _read_npz(path, accepted_keys, what) -> dict:
     return arrays
 
 
-def _numeric(arrays, key, shape, fix) -> np.ndarray:
+def numeric_array(arrays, key, shape, fix) -> np.ndarray:
     """arrays[key] as float64 with the expected shape (None = any size) and finite entries."""
     value = arrays[key]
     if value.dtype.kind not in "fiu":
@@ -150,7 +150,7 @@ def _contraction_columns(arrays, model, frame_count) -> Tuple[np.ndarray, np.nda
         _check_known_muscles("muscle_names", names, model)
     else:
         names = model_names
-    contraction = _numeric(arrays, "muscle_contraction", (frame_count, len(names)),
+    contraction = numeric_array(arrays, "muscle_contraction", (frame_count, len(names)),
                            fix + ("" if "muscle_names" in arrays else
                                   f" Without muscle_names the columns are the model's {len(names)} muscles, in order."))
     if np.any(contraction <= 0.0):
@@ -163,25 +163,31 @@ def _contraction_columns(arrays, model, frame_count) -> Tuple[np.ndarray, np.nda
 
 def _raw_activations(arrays, model, frame_count) -> np.ndarray:
     active_count = len(active_tet_indices(model))
-    activations = _numeric(arrays, "activations", (frame_count, active_count, 6),
+    activations = numeric_array(arrays, "activations", (frame_count, active_count, 6),
                            f"Give for each of the {frame_count} frames of jaw one 6-vector (xx, yy, zz, yz, xz, xy) "
                            f"per active tet: the model has {active_count} (muscle fraction > 0, by tet index).")
-    xx, yy, zz, yz, xz, xy = np.moveaxis(activations, -1, 0)
+    check_positive_definite(activations, "activations")
+    return activations
+
+
+def check_positive_definite(activations, what: str, fix: str = "") -> None:
+    """Raise AnimationInputError naming the first frame and active tet whose S (T, A, 6) is not
+    positive definite."""
+    xx, yy, zz, yz, xz, xy = np.moveaxis(np.asarray(activations), -1, 0)
     # Sylvester's criterion: S is positive definite iff its leading principal minors are positive.
     determinant = xx * (yy * zz - yz * yz) - xy * (xy * zz - yz * xz) + xz * (xy * yz - yy * xz)
     not_positive_definite = (xx <= 0.0) | (xx * yy - xy * xy <= 0.0) | (determinant <= 0.0)
     if np.any(not_positive_definite):
         frame, tet = np.argwhere(not_positive_definite)[0]
-        raise AnimationInputError(f"activations: frame {frame}, active tet {tet} is not positive definite; an "
+        raise AnimationInputError(f"{what}: frame {frame}, active tet {tet} is not positive definite; an "
                                   f"activation stretches and squeezes but cannot flip or flatten tissue. "
-                                  f"The neutral activation is (1, 1, 1, 0, 0, 0).")
-    return activations
+                                  + (fix or "The neutral activation is (1, 1, 1, 0, 0, 0)."))
 
 
-def _head_transforms(arrays, frame_count) -> np.ndarray:
+def read_head_transforms(arrays, frame_count) -> np.ndarray:
     if "head_transforms" not in arrays:
         return np.tile(np.eye(4), (frame_count, 1, 1))
-    transforms = _numeric(arrays, "head_transforms", (frame_count, 4, 4),
+    transforms = numeric_array(arrays, "head_transforms", (frame_count, 4, 4),
                           f"Give one 4×4 rigid transform [[R, t], [0 0 0 1]] for each of the {frame_count} "
                           f"frames of jaw.")
     if np.max(np.abs(transforms[:, 3] - [0.0, 0.0, 0.0, 1.0])) > RIGID_TOLERANCE:
@@ -197,7 +203,7 @@ def _head_transforms(arrays, frame_count) -> np.ndarray:
 
 def load_activations(path, model) -> ActivationInput:
     """Read and validate ACTIVATIONS.npz for `model` (a dict of model arrays)."""
-    arrays = _read_npz(path, ACTIVATION_KEYS, "ACTIVATIONS")
+    arrays = read_npz(path, ACTIVATION_KEYS, "ACTIVATIONS")
     if "jaw" not in arrays:
         raise AnimationInputError("jaw: missing. Give the 5 jaw parameters per frame; zeros (T, 5) keep the jaw "
                                   "closed and at rest.")
@@ -208,14 +214,14 @@ def load_activations(path, model) -> ActivationInput:
     if "muscle_names" in arrays and "activations" in arrays:
         raise AnimationInputError("muscle_names: names the columns of muscle_contraction, which this file does "
                                   "not have; remove it.")
-    jaw = _numeric(arrays, "jaw", (None, JAW_PARAMETERS),
+    jaw = numeric_array(arrays, "jaw", (None, JAW_PARAMETERS),
                    "Give per frame the hinge and vertical rotations (radians) and x, y, z translation (metres).")
     frame_count = len(jaw)
     if frame_count == 0:
         raise AnimationInputError("jaw: has no frames; an animation needs at least one.")
     fps = DEFAULT_FPS
     if "fps" in arrays:
-        fps_value = _numeric(arrays, "fps", (), "Store the frame rate as one number, e.g. np.float64(24).")
+        fps_value = numeric_array(arrays, "fps", (), "Store the frame rate as one number, e.g. np.float64(24).")
         if fps_value <= 0.0:
             raise AnimationInputError(f"fps: must be > 0, found {float(fps_value):g}.")
         fps = float(fps_value)
@@ -224,13 +230,13 @@ def load_activations(path, model) -> ActivationInput:
         contraction, names = _contraction_columns(arrays, model, frame_count)
     else:
         activations = _raw_activations(arrays, model, frame_count)
-    return ActivationInput(jaw=jaw, head_transforms=_head_transforms(arrays, frame_count),
+    return ActivationInput(jaw=jaw, head_transforms=read_head_transforms(arrays, frame_count),
                            muscle_contraction=contraction, muscle_names=names, activations=activations, fps=fps)
 
 
 def load_maps(path, model) -> MapsInput:
     """Read and validate MAPS.npz for `model`."""
-    arrays = _read_npz(path, MAP_KEYS, "MAPS")
+    arrays = read_npz(path, MAP_KEYS, "MAPS")
     vertex_count = len(model["skin_vertices"])
     ranges = {"fat": (0.0, 1.0, True), "stiffness": (0.0, np.inf, False),
               "density": (0.0, np.inf, False), "paralysis": (0.0, 1.0, True)}
@@ -239,7 +245,7 @@ def load_maps(path, model) -> MapsInput:
         if key not in arrays:
             continue
         low, high, low_included = ranges[key]
-        values = _numeric(arrays, key, (vertex_count,),
+        values = numeric_array(arrays, key, (vertex_count,),
                           f"Give one value per rig vertex: the model has {vertex_count} skin vertices.")
         below = values < low if low_included else values <= low
         if np.any(below) or np.any(values > high):

@@ -122,6 +122,13 @@ class CholmodLinearSolver:
             self.krylov_iterations += iterations
             if direction is not None:
                 return direction, 0.0
+        shift = self.factorise(matrix)
+        return self._factor.solve_A(rhs), shift
+
+    def factorise(self, matrix: sp.csc_matrix) -> float:
+        """Factorise matrix + βI, β the smallest shift of the sequence that makes it positive
+        definite (0 when it already is), and keep the factor; returns β."""
+        self._analyse_if_new_pattern(matrix)
         for shift in _shift_sequence(matrix):
             self.factorisations += 1
             try:
@@ -130,9 +137,15 @@ class CholmodLinearSolver:
                 self._has_numeric_factor = False
                 continue
             self._has_numeric_factor = True
-            return self._factor.solve_A(rhs), shift
+            return shift
         raise HessianNotPositiveDefinite(
             f"reduced Hessian not positive definite even with a diagonal shift of {shift:.3g}")
+
+    def solve_with_factor(self, rhs: np.ndarray) -> np.ndarray:
+        """(matrix + βI)⁻¹ rhs with the kept factor (``factorise`` first); rhs (n,) or (n, k)."""
+        if not self._has_numeric_factor:
+            raise RuntimeError("no numeric factor: call factorise first")
+        return self._factor.solve_A(rhs)
 
 
 def preconditioned_conjugate_gradients(matrix, rhs, preconditioner, relative_tolerance, max_iterations):
@@ -273,6 +286,12 @@ class NewtonSolver:
         self.tolerance = tolerance
         self.max_iterations = max_iterations
         self._linear_solver = CholmodLinearSolver()
+
+    @property
+    def linear_solver(self) -> CholmodLinearSolver:
+        """The CHOLMOD solver whose factor the Newton steps keep (inverse physics factorises
+        the equilibrium Hessian with it, which also refreshes the preconditioner)."""
+        return self._linear_solver
 
     @property
     def symbolic_analyses(self) -> int:

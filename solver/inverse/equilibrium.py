@@ -1,0 +1,141 @@
+"""The quasi-static face as a function of its activations and jaw pose, and its derivatives.
+
+Inverse physics needs the skin s(θ) = B x*(θ) of the equilibrium x*(θ) for the unknowns
+θ = (a, b) — activation 6-vectors of the active tets and the 5 jaw parameters — and products
+with its Jacobian. With the bone constraints x = P(b) q + c(b) the equilibrium is
+r(q, a, b) = P(b)ᵀ ∇E(P(b) q + c(b), a) = 0, and by the implicit-function theorem
+
+    dq = −K⁻¹ (∂r/∂a da + ∂r/∂b db),   K = Pᵀ H P (the reduced Hessian, SPD at a stable equilibrium)
+    dx = P dq + ẋ_b db,                 ẋ_b = ∂(P q + c)/∂b at fixed q
+    ∂r/∂a da = Pᵀ C da                  C = ∂∇E/∂a (activation_derivatives.ActivationCoupling)
+    ∂r/∂b_k = Ṗ_kᵀ ∇E + Pᵀ H ẋ_k       (∇E ≠ 0 at pinned nodes: their reaction forces)
+
+so one Cholesky factor of K serves every product: J v costs one solve, Jᵀ w one solve (the
+adjoint). P and c are affine in the bone transform, whose derivative in b is taken by a
+central difference of the closed-form jaw transform (step 1e-6, truncation error ~1e-12
+relative); everything downstream of it is exact.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..physics.activation import tet_activations_from_vectors
+from ..physics.activation_derivatives import ActivationCoupling
+from ..physics.bones import bone_transforms
+from ..physics.simulator import FaceSimulator, SimulationSettings
+
+JAW_PARAMETER_COUNT = 5
+JAW_DIFFERENCE_STEP = 1e-6
+
+
+def skin_embedding_matrix(model) -> sp.csr_matrix:
+    """B (3V × 3N): skin vertex coordinates from node coordinates (barycentric, per axis)."""
+    tets = np.asarray(model["tets"])[np.asarray(model["skin_embedding_tet"])]          # (V, 4)
+    weights = np.asarray(model["skin_embedding_weights"], dtype=np.float64)           # (V, 4)
+    vertex_count, node_count = len(tets), len(model["rest_positions"])
+    rows = (3 * np.arange(vertex_count)[:, None, None] + np.arange(3)[None, None, :]).repeat(4, axis=1)
+    cols = 3 * tets[:, :, None] + np.arange(3)
+    values = np.broadcast_to(weights[:, :, None], rows.shape)
+    return sp.csr_matrix((values.ravel(), (rows.ravel(), cols.ravel())), shape=(3 * vertex_count, 3 * node_count))
+
+
+@dataclass
+class Equilibrium:
+    x: np.ndarray                   # (3N,) node positions
+    skin: np.ndarray                # (V, 3) rig vertices
+    activations: np.ndarray         # (A, 6)
+    jaw: np.ndarray                 # (5,)
+    converged: bool
+    iterations: int
+    reason: str
+
+
+class StaticFace:
+    """Quasi-static solves of one model for given (a, b), warm-started from the last one."""
+
+    def __init__(self, model, active_tets, mu=1.0, lam=3.0, tolerance=1e-6, max_iterations=100):
+        self.model = model
+        self.active_tets = np.asarray(active_tets)
+        self.simulator = FaceSimulator(model, SimulationSettings(mu=mu, lam=lam, tolerance=tolerance,
+                                                                 max_iterations=max_iterations))
+        self.embedding = skin_embedding_matrix(model)
+        self.tet_count = len(model["tets"])
+
+    def material(self, activations):
+        full = tet_activations_from_vectors(activations, self.active_tets, self.tet_count)
+        return dataclasses.replace(self.simulator.neutral_material, activation=full)
+
+    def solve(self, activations, jaw, start: np.ndarray | None = None) -> Equilibrium:
+        simulator = self.simulator
+        if start is not None:
+            simulator.positions = np.asarray(start, dtype=np.float64).reshape(-1).copy()
+        full = tet_activations_from_vectors(activations, self.active_tets, self.tet_count)
+        frame = simulator.step(full, jaw=jaw)       # quasi-static: the bones go straight to this pose
+        x = simulator.positions.copy()
+        return Equilibrium(x=x, skin=(self.embedding @ x).reshape(-1, 3), activations=np.array(activations),
+                           jaw=np.array(jaw, dtype=np.float64), converged=frame.converged,
+                           iterations=frame.iterations, reason=frame.reason)
+
+    def linearise(self, state: Equilibrium) -> "Linearisation":
+        return Linearisation(self, state)
+
+
+class Linearisation:
+    """Products with the Jacobian of the skin s (3V) with respect to (a (A,6), b (5,)) at an equilibrium."""
+
+    def __init__(self, face: StaticFace, state: Equilibrium):
+        simulator = face.simulator
+        constraints = simulator.constraints
+        objective = simulator.objective
+        self.face, self.state = face, state
+        material = face.material(state.activations)
+        objective.material = material
+        x = state.x
+        skull, jaw_transform = bone_transforms(np.eye(4), face.model["jaw_frame"], state.jaw)
+        P, c = constraints.reduction(skull, jaw_transform)
+        self.P = P
+        q = constraints.q_from_x(x)
+        hessian = objective.hessian(x)
+        self.linear_solver = simulator.solver.linear_solver
+        self.shift = self.linear_solver.factorise(constraints.reduce_hessian(hessian))
+        self.coupling = ActivationCoupling(simulator.elasticity, material, x)
+        if not np.array_equal(self.coupling.active_tets, face.active_tets):
+            raise ValueError("the material's active tets differ from the model's muscle tets")
+        gradient = objective.gradient(x)
+        # ẋ_b and ∂r/∂b by central differences of the (affine in the transform) constraint map.
+        self.jaw_position_derivative = np.empty((x.size, JAW_PARAMETER_COUNT))
+        self.jaw_residual_derivative = np.empty((constraints.reduced_size, JAW_PARAMETER_COUNT))
+        for k in range(JAW_PARAMETER_COUNT):
+            step = np.zeros(JAW_PARAMETER_COUNT)
+            step[k] = JAW_DIFFERENCE_STEP
+            P_plus, c_plus = constraints.reduction(*bone_transforms(np.eye(4), face.model["jaw_frame"], state.jaw + step))
+            P_minus, c_minus = constraints.reduction(*bone_transforms(np.eye(4), face.model["jaw_frame"], state.jaw - step))
+            dP = (P_plus - P_minus) / (2.0 * JAW_DIFFERENCE_STEP)
+            dx = dP @ q + (c_plus - c_minus) / (2.0 * JAW_DIFFERENCE_STEP)
+            self.jaw_position_derivative[:, k] = dx
+            self.jaw_residual_derivative[:, k] = dP.T @ gradient + P.T @ (hessian @ dx)
+        constraints.reduction(skull, jaw_transform)        # back to this equilibrium's frame
+        self.embedding = face.embedding
+
+    def _solve(self, rhs):
+        return self.linear_solver.solve_with_factor(rhs)
+
+    def skin_product(self, d_activations, d_jaw) -> np.ndarray:
+        """J (da, db): (3V,) change of the skin."""
+        residual_change = (self.P.T @ self.coupling.force_jacobian_product(d_activations, active_only=True)
+                           + self.jaw_residual_derivative @ d_jaw)
+        dq = -self._solve(residual_change)
+        dx = self.P @ dq + self.jaw_position_derivative @ d_jaw
+        return self.embedding @ dx
+
+    def skin_transpose_product(self, skin_vector) -> tuple[np.ndarray, np.ndarray]:
+        """Jᵀ w for w (3V,): (A, 6) and (5,)."""
+        node_vector = self.embedding.T @ np.asarray(skin_vector).ravel()
+        adjoint = self._solve(self.P.T @ node_vector)
+        d_activations = -self.coupling.force_jacobian_transpose_product(self.P @ adjoint, active_only=True)
+        d_jaw = -self.jaw_residual_derivative.T @ adjoint + self.jaw_position_derivative.T @ node_vector
+        return d_activations, d_jaw

@@ -1,0 +1,228 @@
+"""Fit the activations and jaw pose behind one shape key (paper 000 §5, Eq. 4–6).
+
+    min over θ = (a, b):  f(θ) = f_fit(s(θ)) + R_act(a; γ) + R_sparse(a)
+    f_fit = ½ Σ_v ω_v [‖s_v − t_v‖² + ρ (n_v·(s_v − t_v))²] / (ℓ² Σ_v ω_v)
+
+s(θ) the skin of the quasi-static equilibrium (equilibrium.py), t the shape key, n_v its unit
+normals (the point-to-plane term of Eq. 4), ω_v 1 on the face region and smaller elsewhere,
+ℓ = 1 mm so f_fit is half the weighted mean squared distance in mm².
+
+Method — reduced space, Gauss–Newton with Levenberg–Marquardt damping. The equilibrium
+constraint of Eq. 4 is eliminated: x*(θ) is solved by Newton, and the sensitivities of the
+skin come from one Cholesky factor of the equilibrium Hessian per outer iteration (J v and
+Jᵀ w are one triangular solve pair each). The step solves
+
+    (Jᵀ W J + ∇²R + λ D) δ = −∇f
+
+by conjugate gradients (matrix-free: two solves per CG iteration), with λ adapted by the
+ratio of actual to predicted decrease. Gauss–Newton ignores the third derivatives of E, as
+Phace's Hessian of the Lagrangian does. R_act's contractions γ_m are updated before every
+outer iteration in the local step (Brent, regularizers.py) — the local–global scheme of §5.
+The jaw parameters are scaled (0.1 rad, 5 mm) so all unknowns are of order one.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..geometry import vertex_normals
+from ..physics.activation import symmetric_from_vector
+from .equilibrium import JAW_PARAMETER_COUNT, StaticFace
+from .regularizers import ActivationPrior, GroupSparsity, MuscleMembership, neutral_activations
+
+MILLIMETRE = 1e-3
+JAW_SCALE = np.array([0.1, 0.1, 0.005, 0.005, 0.005])     # rad, rad, m, m, m
+# A shape key that moves no skin vertex farther than this is neutral (eye-look shapes move
+# only the eyeballs, which are not skin).
+NEUTRAL_SHAPE_MOTION = 0.5 * MILLIMETRE
+# Activations stay positive definite with some margin: an S with an eigenvalue near zero asks
+# the tissue to flatten, which no muscle does and which the forward solve cannot honour. A step
+# is shortened so that every S keeps its eigenvalues above this (IPOPT's fraction-to-boundary
+# rule in spirit).
+MIN_ACTIVATION_EIGENVALUE = 0.25
+
+
+@dataclass
+class FitSettings:
+    point_to_plane: float = 1.0          # ρ: extra weight of the normal component
+    outside_face_weight: float = 0.1     # ω outside the face region
+    activation_prior: float = 0.05       # R_act strength per unit of total muscle weight
+    sparsity: float = 0.05               # R_sparse strength per √(total muscle weight)
+    max_iterations: int = 30
+    relative_decrease: float = 1e-3      # stop when an iteration lowers f by less than this fraction
+    cg_iterations: int = 60
+    cg_tolerance: float = 0.05
+    mu: float = 1.0
+    lam: float = 3.0
+    equilibrium_tolerance: float = 1e-6
+
+
+@dataclass
+class ShapeFit:
+    name: str
+    activations: np.ndarray              # (A, 6)
+    jaw: np.ndarray                      # (5,)
+    skin: np.ndarray                     # (V, 3) fitted simulation
+    error_mm: np.ndarray                 # (3,) mean, 95th percentile, max over the face region
+    status: str                          # "fitted" or why the shape was set neutral
+    iterations: int = 0
+    seconds: float = 0.0
+    objective_history: list = field(default_factory=list)
+    contractions: np.ndarray | None = None   # (m,) γ of the local step at the end
+
+
+def face_errors_mm(skin, target, face_region) -> np.ndarray:
+    distance = np.linalg.norm(skin - target, axis=1)[face_region] / MILLIMETRE
+    return np.array([distance.mean(), np.percentile(distance, 95), distance.max()])
+
+
+class ShapeFitter:
+    """Fits shape keys of one rig on one model; keeps the solver state between shapes."""
+
+    def __init__(self, model, rig_vertices, rig_triangles, face_region, settings: FitSettings | None = None):
+        self.model = model
+        self.settings = s = settings or FitSettings()
+        self.rest_skin = np.asarray(rig_vertices, dtype=np.float64)
+        self.triangles = np.asarray(rig_triangles)
+        self.face_region = np.asarray(face_region, dtype=bool)
+        self.membership = MuscleMembership.from_model(model)
+        total_weight = self.membership.weights.sum()
+        self.prior = ActivationPrior(self.membership, s.activation_prior / total_weight)
+        self.sparsity = GroupSparsity(self.membership, s.sparsity / np.sqrt(total_weight))
+        self.face = StaticFace(model, self.membership.tets, mu=s.mu, lam=s.lam, tolerance=s.equilibrium_tolerance)
+        vertex_weight = np.where(self.face_region, 1.0, s.outside_face_weight)
+        self.vertex_weight = vertex_weight / (vertex_weight.sum() * MILLIMETRE ** 2)
+        self.rest_state = self.face.solve(neutral_activations(self.membership.active_count), np.zeros(5),
+                                          start=np.asarray(model["rest_positions"], dtype=np.float64).ravel())
+
+    # ------------------------------------------------------------------ objective pieces
+
+    def _fit_weights(self, target):
+        normals = vertex_normals(target, self.triangles)
+        return normals
+
+    def _fit_residual(self, skin, target, normals):
+        """(V,3) W (s − t) and the value f_fit."""
+        offset = skin - target
+        along_normal = np.einsum("vk,vk->v", offset, normals)
+        weighted = self.vertex_weight[:, None] * (offset + self.settings.point_to_plane * along_normal[:, None] * normals)
+        return weighted, 0.5 * float(np.einsum("vk,vk->", offset, weighted))
+
+    def _apply_fit_weights(self, skin_change, normals):
+        along_normal = np.einsum("vk,vk->v", skin_change, normals)
+        return self.vertex_weight[:, None] * (skin_change + self.settings.point_to_plane * along_normal[:, None] * normals)
+
+    def _regularisation(self, activations, contractions):
+        return self.prior.value(activations, contractions) + self.sparsity.value(activations)
+
+    # ------------------------------------------------------------------ fitting
+
+    def fit(self, name: str, delta) -> ShapeFit:
+        started = time.perf_counter()
+        target = self.rest_skin + np.asarray(delta, dtype=np.float64)
+        motion = np.linalg.norm(np.asarray(delta), axis=1).max()
+        a_neutral = neutral_activations(self.membership.active_count)
+        if motion < NEUTRAL_SHAPE_MOTION:
+            return ShapeFit(name=name, activations=a_neutral, jaw=np.zeros(5), skin=self.rest_state.skin.copy(),
+                            error_mm=face_errors_mm(self.rest_state.skin, target, self.face_region),
+                            status=f"neutral: the shape moves the skin at most {motion / MILLIMETRE:.2f} mm",
+                            seconds=time.perf_counter() - started)
+        s = self.settings
+        normals = self._fit_weights(target)
+        state = self.rest_state
+        contractions = np.ones(len(self.membership.muscle_names))
+        damping = 1e-3
+        history = []
+        iterations = 0
+        for iterations in range(1, s.max_iterations + 1):
+            contractions = self.prior.best_contractions(state.activations, contractions)
+            weighted, fit_value = self._fit_residual(state.skin, target, normals)
+            value = fit_value + self._regularisation(state.activations, contractions)
+            history.append(value)
+            linear = self.face.linearise(state)
+            grad_a, grad_b = linear.skin_transpose_product(weighted.ravel())
+            grad_a = grad_a + self.prior.gradient(state.activations, contractions) + self.sparsity.gradient(state.activations)
+            grad_b = grad_b * JAW_SCALE
+
+            def gauss_newton(direction_a, direction_b, damping_now):
+                change = linear.skin_product(direction_a, direction_b * JAW_SCALE).reshape(-1, 3)
+                back_a, back_b = linear.skin_transpose_product(self._apply_fit_weights(change, normals).ravel())
+                back_a = (back_a + self.prior.hessian_diagonal() * direction_a
+                          + self.sparsity.hessian_product(state.activations, direction_a) + damping_now * direction_a)
+                back_b = back_b * JAW_SCALE + damping_now * direction_b
+                return back_a, back_b
+
+            accepted = False
+            while not accepted:
+                step_a, step_b, predicted = _conjugate_gradients(
+                    lambda da, db: gauss_newton(da, db, damping), grad_a, grad_b,
+                    self.prior.hessian_diagonal() + self.sparsity.hessian_diagonal(state.activations) + damping,
+                    s.cg_tolerance, s.cg_iterations)
+                fraction = _largest_admissible_fraction(state.activations, step_a)
+                step_a, step_b, predicted = fraction * step_a, fraction * step_b, fraction * predicted
+                trial = self.face.solve(state.activations + step_a, state.jaw + step_b * JAW_SCALE, start=state.x)
+                trial_weighted, trial_fit = self._fit_residual(trial.skin, target, normals)
+                trial_value = trial_fit + self._regularisation(trial.activations, contractions)
+                actual = value - trial_value
+                ratio = actual / predicted if predicted > 0 else -1.0
+                if trial.converged and actual > 0:
+                    accepted = True
+                    state = trial
+                    damping = damping * (0.3 if ratio > 0.75 else (1.0 if ratio > 0.25 else 2.0))
+                else:
+                    damping *= 10.0
+                    if damping > 1e8:
+                        break
+            if not accepted or actual < s.relative_decrease * value:
+                break
+        _, fit_value = self._fit_residual(state.skin, target, normals)
+        history.append(fit_value + self._regularisation(state.activations, contractions))
+        return ShapeFit(name=name, activations=state.activations, jaw=state.jaw, skin=state.skin.copy(),
+                        error_mm=face_errors_mm(state.skin, target, self.face_region), status="fitted",
+                        iterations=iterations, seconds=time.perf_counter() - started,
+                        objective_history=history, contractions=contractions)
+
+
+def _largest_admissible_fraction(activations, step) -> float:
+    """The largest α ≤ 1 (halving) keeping every S(a + α δ) above MIN_ACTIVATION_EIGENVALUE."""
+    fraction = 1.0
+    for _ in range(30):
+        if np.linalg.eigvalsh(symmetric_from_vector(activations + fraction * step)).min() >= MIN_ACTIVATION_EIGENVALUE:
+            return fraction
+        fraction *= 0.5
+    return 0.0
+
+
+def _conjugate_gradients(operator, grad_a, grad_b, diagonal_a, tolerance, max_iterations):
+    """Solve operator(δ) = −g by Jacobi-preconditioned CG on the pair (activations, scaled jaw).
+
+    Returns (δa, δb, predicted decrease −gᵀδ − ½ δᵀ A δ) of the quadratic model."""
+    inverse_diagonal = 1.0 / diagonal_a
+    solution_a, solution_b = np.zeros_like(grad_a), np.zeros(JAW_PARAMETER_COUNT)
+    residual_a, residual_b = -grad_a, -grad_b
+    preconditioned_a, preconditioned_b = inverse_diagonal * residual_a, residual_b.copy()
+    search_a, search_b = preconditioned_a.copy(), preconditioned_b.copy()
+    alignment = (residual_a * preconditioned_a).sum() + residual_b @ preconditioned_b
+    start_norm = np.sqrt((residual_a ** 2).sum() + residual_b @ residual_b)
+    for _ in range(max_iterations):
+        image_a, image_b = operator(search_a, search_b)
+        curvature = (search_a * image_a).sum() + search_b @ image_b
+        if curvature <= 0.0:
+            break
+        step = alignment / curvature
+        solution_a += step * search_a
+        solution_b += step * search_b
+        residual_a -= step * image_a
+        residual_b -= step * image_b
+        if np.sqrt((residual_a ** 2).sum() + residual_b @ residual_b) <= tolerance * start_norm:
+            break
+        preconditioned_a, preconditioned_b = inverse_diagonal * residual_a, residual_b.copy()
+        next_alignment = (residual_a * preconditioned_a).sum() + residual_b @ preconditioned_b
+        search_a = preconditioned_a + (next_alignment / alignment) * search_a
+        search_b = preconditioned_b + (next_alignment / alignment) * search_b
+        alignment = next_alignment
+    # For the CG iterate x of A x = −g: −gᵀx − ½ xᵀAx = ½ (−g)ᵀx (A-conjugacy), up to rounding.
+    predicted = 0.5 * (-(grad_a * solution_a).sum() - grad_b @ solution_b)
+    return solution_a, solution_b, predicted

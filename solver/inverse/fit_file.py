@@ -1,0 +1,73 @@
+"""FIT.npz: the activations and jaw pose fitted to each shape key (docs/fit-format.md).
+
+Written atomically, read without unpickling, validated against the model it belongs to.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..npz_files import write_npz_atomically
+from ..physics.activation import active_tet_indices
+
+FORMAT_VERSION = 1
+REQUIRED_KEYS = ("format_version", "shape_key_names", "activations", "jaw", "fit_error_mm", "status",
+                 "detail_residual", "neutral_activations", "tet_count", "skin_vertex_count")
+
+
+class FitFormatError(ValueError):
+    """FIT.npz is missing, damaged, or does not belong to the model it is used with."""
+
+
+def save_fit(path, arrays: dict) -> None:
+    arrays = dict(arrays, format_version=np.array(FORMAT_VERSION))
+    missing = [key for key in REQUIRED_KEYS if key not in arrays]
+    if missing:
+        raise FitFormatError(f"cannot write a fit without {', '.join(missing)}")
+    write_npz_atomically(Path(path), arrays)
+
+
+def load_fit(path, model=None) -> dict:
+    """The arrays of FIT.npz; with `model`, checked to belong to it (tet, active tet and skin counts)."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            fit = {key: archive[key] for key in archive.files}
+    except FileNotFoundError:
+        raise FitFormatError(f"{path}: no such file; make it with `python -m solver fit MODEL.npz RIG.npz -o {path}`")
+    except (ValueError, OSError) as error:
+        raise FitFormatError(f"{path}: not a readable fit file ({error}); fit the shapes again") from error
+    missing = [key for key in REQUIRED_KEYS if key not in fit]
+    if missing:
+        raise FitFormatError(f"{path}: missing {', '.join(missing)}; fit the shapes again with this solver")
+    if int(fit["format_version"]) > FORMAT_VERSION:
+        raise FitFormatError(f"{path}: format version {int(fit['format_version'])} is newer than this solver's "
+                             f"{FORMAT_VERSION}; update the solver")
+    names = fit["shape_key_names"]
+    count = len(names)
+    activations = fit["activations"]
+    if activations.ndim != 3 or activations.shape[0] != count or activations.shape[2] != 6:
+        raise FitFormatError(f"{path}: activations must be (K, A, 6) with K = {count} shape keys; "
+                             f"found {activations.shape}")
+    active_count = activations.shape[1]
+    expected = {"jaw": (count, 5), "fit_error_mm": (count, 3), "status": (count,),
+                "neutral_activations": (active_count, 6)}
+    for key, shape in expected.items():
+        if fit[key].shape != shape:
+            raise FitFormatError(f"{path}: {key} must have shape {shape}, found {fit[key].shape}")
+    residual = fit["detail_residual"]
+    if residual.ndim != 3 or residual.shape[0] != count or residual.shape[2] != 3:
+        raise FitFormatError(f"{path}: detail_residual must be (K, V, 3); found {residual.shape}")
+    for key in ("activations", "jaw", "detail_residual", "neutral_activations"):
+        if not np.all(np.isfinite(fit[key])):
+            raise FitFormatError(f"{path}: {key} contains NaN or infinite values; fit the shapes again")
+    if model is not None:
+        model_counts = (len(model["tets"]), len(active_tet_indices(model)), len(model["skin_vertices"]))
+        fit_counts = (int(fit["tet_count"]), active_count, residual.shape[1])
+        if model_counts != fit_counts:
+            raise FitFormatError(
+                f"{path} was fitted on another model ({fit_counts[0]} tets, {fit_counts[1]} muscle tets, "
+                f"{fit_counts[2]} skin vertices; this model has {model_counts[0]}, {model_counts[1]}, "
+                f"{model_counts[2]}); fit the shapes again on this model")
+    return fit

@@ -1,0 +1,254 @@
+"""Inverse physics (issue 4): priors, equilibrium sensitivities, fitting, FIT.npz and replay.
+
+Real solves on a small demo-head model (3,000 requested tets, so a fit takes seconds); the
+acceptance figures on the ICT face come from bench/fit.py (docs/benchmarks.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from solver.demo_head import make_demo_rig
+from solver.inverse.blend import blend, load_weights
+from solver.inverse.equilibrium import StaticFace
+from solver.inverse.fit import FitSettings, ShapeFitter
+from solver.inverse.fit_file import FitFormatError, load_fit, save_fit
+from solver.inverse.regularizers import (ActivationPrior, GroupSparsity, MuscleMembership, contraction_activation,
+                                         neutral_activations)
+from solver.inverse.shapes import face_region, fit_shapes
+from solver.model_builder.builder import BuildOptions, build_model
+from solver.model_file import save_model
+from solver.physics.activation import tet_activations, vector_from_symmetric
+from solver.physics.inputs import AnimationInputError
+from solver.rig import save_rig
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+MM = 1e-3
+
+
+@pytest.fixture(scope="module")
+def demo_rig():
+    return make_demo_rig()
+
+
+@pytest.fixture(scope="module")
+def demo_model(demo_rig):
+    return build_model(demo_rig, BuildOptions(target_tets=3000))
+
+
+@pytest.fixture(scope="module")
+def membership(demo_model):
+    return MuscleMembership.from_model(demo_model)
+
+
+def _random_activations(membership, seed, scale=0.1):
+    rng = np.random.default_rng(seed)
+    return neutral_activations(membership.active_count) + rng.normal(scale=scale, size=(membership.active_count, 6))
+
+
+# ----------------------------------------------------------------------------- priors
+
+def _central_difference(function, point, direction, step=1e-6):
+    return (function(point + step * direction) - function(point - step * direction)) / (2 * step)
+
+
+def test_activation_prior_gradient_and_hessian_match_finite_differences(membership):
+    prior = ActivationPrior(membership, 0.7)
+    gamma = np.random.default_rng(1).uniform(0.7, 1.6, len(membership.muscle_names))
+    a = _random_activations(membership, 2)
+    direction = np.random.default_rng(3).normal(size=a.shape)
+    value = lambda point: prior.value(point, gamma)
+    assert np.isclose((prior.gradient(a, gamma) * direction).sum(), _central_difference(value, a, direction),
+                      rtol=1e-6)
+    gradient_change = _central_difference(lambda point: prior.gradient(point, gamma), a, direction)
+    np.testing.assert_allclose(prior.hessian_diagonal() * direction, gradient_change, rtol=1e-6, atol=1e-9)
+
+
+def test_activation_prior_is_the_sum_over_muscles_of_the_frobenius_misfit(membership):
+    """The blended-target form used for speed equals Eq. 5 written out muscle by muscle."""
+    prior = ActivationPrior(membership, 1.0)
+    gamma = np.random.default_rng(4).uniform(0.6, 1.8, len(membership.muscle_names))
+    a = _random_activations(membership, 5)
+    from solver.physics.activation import symmetric_from_vector
+    S = symmetric_from_vector(a)
+    direct = 0.0
+    for muscle, g in enumerate(gamma):
+        preferred = membership.frames @ np.diag([1 / g, np.sqrt(g), np.sqrt(g)]) @ membership.frames.transpose(0, 2, 1)
+        direct += (membership.weights[:, muscle] * ((preferred - S) ** 2).sum(axis=(1, 2))).sum()
+    assert prior.value(a, gamma) == pytest.approx(direct, rel=1e-10)
+
+
+def test_local_step_recovers_each_muscles_contraction(demo_model, membership):
+    """On tets that hold a single muscle, S is exactly that muscle's Q D(γ) Qᵀ, so the local step
+    must return γ. (Shared tets blend their muscles' matrices and pull γ toward each other.)"""
+    gamma = np.linspace(0.7, 1.9, len(membership.muscle_names))
+    single = (membership.weights > 0).sum(axis=1) == 1
+    own = MuscleMembership(tets=membership.tets[single], weights=membership.weights[single],
+                           frames=membership.frames[single], muscle_names=membership.muscle_names)
+    has_own_tets = own.weights.sum(axis=0) > 0
+    assert has_own_tets.sum() >= 20
+    a = vector_from_symmetric(tet_activations(demo_model, gamma)[own.tets])
+    recovered = ActivationPrior(own, 1.0).best_contractions(a)
+    np.testing.assert_allclose(recovered[has_own_tets], gamma[has_own_tets], rtol=1e-9)
+    np.testing.assert_array_equal(recovered[~has_own_tets], 1.0)          # no tets: left at its start
+
+
+def test_local_step_minimises_the_prior_over_gamma(membership):
+    prior = ActivationPrior(membership, 1.0)
+    a = _random_activations(membership, 6, scale=0.2)
+    best = prior.best_contractions(a)
+    value = prior.value(a, best)
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        assert prior.value(a, best * np.exp(rng.normal(scale=0.05, size=best.shape))) >= value - 1e-12
+
+
+def test_group_sparsity_gradient_and_hessian_match_finite_differences(membership):
+    sparsity = GroupSparsity(membership, 0.3)
+    a = _random_activations(membership, 8, scale=0.05)
+    direction = np.random.default_rng(9).normal(size=a.shape)
+    assert np.isclose((sparsity.gradient(a) * direction).sum(), _central_difference(sparsity.value, a, direction),
+                      rtol=1e-6)
+    np.testing.assert_allclose(sparsity.hessian_product(a, direction),
+                               _central_difference(sparsity.gradient, a, direction), rtol=1e-5, atol=1e-8)
+    assert sparsity.value(neutral_activations(membership.active_count)) == 0.0
+    assert (sparsity.hessian_product(a, direction) * direction).sum() >= 0.0        # convex
+
+
+def test_one_dof_fibre_activations_are_volume_preserving(membership):
+    gamma = np.random.default_rng(10).uniform(0.5, 2.0, membership.active_count)
+    from solver.physics.activation import symmetric_from_vector
+    np.testing.assert_allclose(np.linalg.det(symmetric_from_vector(contraction_activation(membership.frames, gamma))),
+                               1.0, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- sensitivities
+
+def test_skin_jacobian_matches_finite_differences_of_the_equilibrium(demo_model, membership):
+    face = StaticFace(demo_model, membership.tets, tolerance=1e-10)
+    rng = np.random.default_rng(11)
+    a = _random_activations(membership, 12, scale=0.05)
+    b = np.array([0.05, 0.01, 0.0, 0.001, 0.0])
+    state = face.solve(a, b)
+    assert state.converged, state.reason
+    linear = face.linearise(state)
+    da, db = rng.normal(size=a.shape), rng.normal(size=5) * [1, 1, 0.01, 0.01, 0.01]
+    step = 1e-6
+    finite = (face.solve(a + step * da, b + step * db, start=state.x).skin
+              - face.solve(a - step * da, b - step * db, start=state.x).skin).ravel() / (2 * step)
+    product = linear.skin_product(da, db)
+    assert np.linalg.norm(product - finite) <= 1e-4 * np.linalg.norm(finite)
+    w = rng.normal(size=product.shape)
+    back_a, back_b = linear.skin_transpose_product(w)
+    assert w @ product == pytest.approx((back_a * da).sum() + back_b @ db, rel=1e-10)
+
+
+# ----------------------------------------------------------------------------- fitting
+
+@pytest.fixture(scope="module")
+def fitter(demo_model, demo_rig):
+    region, _ = face_region(demo_model, demo_rig)
+    return ShapeFitter(demo_model, demo_model["skin_vertices"], demo_model["skin_triangles"], region)
+
+
+def test_a_shape_made_by_the_simulator_is_fitted_closely(demo_model, membership, fitter):
+    """A target the model can reach exactly (a left smile with the jaw a little open, simulated
+    forward) is found again, mostly by the left smile muscles and the jaw."""
+    names = [str(n) for n in demo_model["muscle_names"]]
+    gamma = np.ones(len(names))
+    for muscle in ("zygomaticus_major_L", "zygomaticus_minor_L", "levator_anguli_oris_L", "risorius_L"):
+        gamma[names.index(muscle)] = 2.5
+    a_true = vector_from_symmetric(tet_activations(demo_model, gamma)[membership.tets])
+    jaw_true = np.array([0.04, 0.0, 0.0, 0.0, 0.0])
+    target = fitter.face.solve(a_true, jaw_true, start=fitter.rest_state.x).skin
+    fit = fitter.fit("synthetic smile", target - demo_model["skin_vertices"])
+    assert fit.status == "fitted"
+    motion = np.linalg.norm(target - demo_model["skin_vertices"], axis=1).max()
+    assert fit.error_mm[2] < 0.15 * motion / MM, (fit.error_mm, motion)
+    assert np.all(np.diff(fit.objective_history) <= 1e-12)
+    norms = GroupSparsity(membership, 1.0).muscle_norms(fit.activations)
+    assert norms[names.index("zygomaticus_major_L")] > 3 * norms[names.index("zygomaticus_major_R")]
+    assert fit.jaw[0] == pytest.approx(jaw_true[0], abs=0.01)
+
+
+def test_jaw_open_recovers_an_opening_rotation(demo_rig, fitter):
+    names = list(demo_rig.shape_key_names)
+    fit = fitter.fit("jawOpen", demo_rig.shape_key_deltas[names.index("jawOpen")])
+    assert fit.jaw[0] > 0.1, fit.jaw           # b[0] > 0 opens the mouth (bones.py)
+    assert abs(fit.jaw[1]) < 0.2 * fit.jaw[0]
+
+
+def test_a_shape_that_moves_almost_nothing_is_neutral(demo_model, fitter):
+    delta = np.zeros_like(demo_model["skin_vertices"])
+    delta[0] = [0.0001, 0.0, 0.0]
+    fit = fitter.fit("eyeLookUp_L", delta)
+    assert fit.status.startswith("neutral")
+    np.testing.assert_array_equal(fit.activations, neutral_activations(len(fit.activations)))
+    assert np.all(fit.jaw == 0.0)
+
+
+# ----------------------------------------------------------------------------- files and replay
+
+def _solver(*args, cwd):
+    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY))
+    completed = subprocess.run([sys.executable, "-m", "solver", "--json", *map(str, args)], cwd=cwd,
+                               env=environment, capture_output=True, text=True, timeout=900)
+    return completed, [json.loads(line) for line in completed.stdout.splitlines() if line.strip()]
+
+
+def test_fit_then_replay_reproduces_the_shape_keys_with_detail(tmp_path, demo_model, demo_rig):
+    save_model(tmp_path / "model.npz", demo_model)
+    save_rig(tmp_path / "rig.npz", demo_rig)
+    completed, messages = _solver("fit", "model.npz", "rig.npz", "-o", "fit.npz",
+                                  "--shapes", "jawOpen,mouthSmile_L", "--jobs", "2", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    shapes = [m for m in messages if m["type"] == "progress" and "shape" in m]
+    assert sorted(m["shape"] for m in shapes) == ["jawOpen", "mouthSmile_L"]
+    fit = load_fit(tmp_path / "fit.npz", demo_model)
+    assert list(fit["shape_key_names"]) == ["jawOpen", "mouthSmile_L"]
+    assert fit["activations"].shape == (2, len(MuscleMembership.from_model(demo_model).tets), 6)
+
+    weights = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.7]])
+    np.savez(tmp_path / "weights.npz", names=np.array(["jawOpen", "mouthSmile_L"]), weights=weights, fps=24.0)
+    completed, messages = _solver("animate", "model.npz", "fit.npz", "weights.npz", "-o", "result.npz", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    with np.load(tmp_path / "result.npz", allow_pickle=False) as result:
+        skin, converged = result["skin_positions"], result["converged"]
+    assert converged.all()
+    names = list(demo_rig.shape_key_names)
+    for frame, name in enumerate(["jawOpen", "mouthSmile_L"]):
+        target = demo_rig.vertices + demo_rig.shape_key_deltas[names.index(name)]
+        assert np.abs(skin[frame] - target).max() < 0.1 * MM, name
+    assert np.all(np.isfinite(skin[2]))
+
+
+def test_weights_with_an_unknown_shape_name_are_refused(tmp_path, demo_model):
+    fit = {"shape_key_names": np.array(["jawOpen"])}
+    np.savez(tmp_path / "weights.npz", names=np.array(["jawOpne"]), weights=np.ones((2, 1)))
+    with pytest.raises(AnimationInputError, match="jawOpne"):
+        load_weights(tmp_path / "weights.npz", fit)
+
+
+def test_a_fit_from_another_model_is_refused(tmp_path, demo_model, demo_rig, fitter):
+    names = list(demo_rig.shape_key_names)
+    arrays = fit_shapes(demo_model, demo_rig, ["browInnerUp"])
+    save_fit(tmp_path / "fit.npz", arrays)
+    other = dict(demo_model, tets=demo_model["tets"][:-1])
+    with pytest.raises(FitFormatError, match="another model"):
+        load_fit(tmp_path / "fit.npz", other)
+    assert load_fit(tmp_path / "fit.npz", demo_model)["fit_error_mm"].shape == (1, 3)
+    assert names.index("browInnerUp") >= 0
+
+
+def test_blending_past_what_tissue_can_do_is_refused(demo_model, membership):
+    fit = {"neutral_activations": neutral_activations(membership.active_count),
+           "activations": (neutral_activations(membership.active_count) * [0.5, 1, 1, 0, 0, 0])[None],
+           "jaw": np.zeros((1, 5)), "detail_residual": np.zeros((1, len(demo_model["skin_vertices"]), 3))}
+    with pytest.raises(AnimationInputError, match="within \\[0, 1\\]"):
+        blend(fit, np.array([[3.0]]), 24.0, np.eye(4)[None])
