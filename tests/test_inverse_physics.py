@@ -17,7 +17,7 @@ import pytest
 from solver.demo_head import make_demo_rig
 from solver.inverse.blend import blend, load_weights
 from solver.inverse.equilibrium import StaticFace
-from solver.inverse.fit import FitSettings, ShapeFitter
+from solver.inverse.fit import ShapeFitter
 from solver.inverse.fit_file import FitFormatError, load_fit, save_fit
 from solver.inverse.regularizers import (ActivationPrior, GroupSparsity, MuscleMembership, contraction_activation,
                                          neutral_activations)
@@ -235,15 +235,13 @@ def test_weights_with_an_unknown_shape_name_are_refused(tmp_path, demo_model):
         load_weights(tmp_path / "weights.npz", fit)
 
 
-def test_a_fit_from_another_model_is_refused(tmp_path, demo_model, demo_rig, fitter):
-    names = list(demo_rig.shape_key_names)
+def test_a_fit_from_another_model_is_refused(tmp_path, demo_model, demo_rig):
     arrays = fit_shapes(demo_model, demo_rig, ["browInnerUp"])
     save_fit(tmp_path / "fit.npz", arrays)
     other = dict(demo_model, tets=demo_model["tets"][:-1])
     with pytest.raises(FitFormatError, match="another model"):
         load_fit(tmp_path / "fit.npz", other)
     assert load_fit(tmp_path / "fit.npz", demo_model)["fit_error_mm"].shape == (1, 3)
-    assert names.index("browInnerUp") >= 0
 
 
 def test_blending_past_what_tissue_can_do_is_refused(demo_model, membership):

@@ -99,10 +99,6 @@ class ShapeFitter:
 
     # ------------------------------------------------------------------ objective pieces
 
-    def _fit_weights(self, target):
-        normals = vertex_normals(target, self.triangles)
-        return normals
-
     def _fit_residual(self, skin, target, normals):
         """(V,3) W (s − t) and the value f_fit."""
         offset = skin - target
@@ -130,7 +126,7 @@ class ShapeFitter:
                             status=f"neutral: the shape moves the skin at most {motion / MILLIMETRE:.2f} mm",
                             seconds=time.perf_counter() - started)
         s = self.settings
-        normals = self._fit_weights(target)
+        normals = vertex_normals(target, self.triangles)
         state = self.rest_state
         contractions = np.ones(len(self.membership.muscle_names))
         damping = 1e-3

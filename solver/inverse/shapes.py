@@ -57,19 +57,21 @@ def select_shapes(rig: FaceRig, requested: Optional[Sequence[str]]) -> list[str]
     return list(requested)
 
 
+# One fitter per worker process, built by the pool's initializer, with the shapes' deltas.
 _worker_fitter: Optional[ShapeFitter] = None
+_worker_deltas: dict = {}
 
 
 def _start_worker(model, deltas, region, settings):
-    global _worker_fitter
+    global _worker_fitter, _worker_deltas
     import numba
     numba.set_num_threads(1)
     _worker_fitter = ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region, settings)
-    _worker_fitter.deltas = deltas
+    _worker_deltas = deltas
 
 
 def _fit_in_worker(name) -> ShapeFit:
-    return _worker_fitter.fit(name, _worker_fitter.deltas[name])
+    return _worker_fitter.fit(name, _worker_deltas[name])
 
 
 @contextmanager
