@@ -5,6 +5,7 @@ Commands:
   build-model  turn a face rig into a volumetric model
   demo         demo head → model → pictures, into one folder
   fit          find the activations and jaw pose behind each shape key (inverse physics)
+  fit-pictures heat maps of the worst and best shape-key fits of a FIT.npz
   animate      run a model through per-frame activations, or shape-key weights through a fit
   run-job      run a job folder (job.json) written by the Blender add-on; always JSON lines
 
@@ -156,6 +157,25 @@ def _fit(args, report):
                           f"(95th percentile up to {errors[:, 1].max():.2f} mm), {float(arrays['total_seconds']):.0f} s")
 
 
+def _fit_pictures(args, report):
+    from .inverse.fit_file import load_fit
+    from .model_file import load_model
+    from .pictures.fit_errors import fit_error_sheet
+    from .pictures.raster import save_png
+    model = load_model(args.model)
+    fit = load_fit(args.fit, model)
+    try:
+        sheet = fit_error_sheet(model, fit, count=args.count, limit_mm=args.limit_mm)
+    except ValueError as error:
+        raise InputError(f"{args.fit}: {error}") from None
+    save_png(sheet.image, args.output)
+    worst = [panel.name for panel in sheet.panels if panel.row == "worst"]
+    best = [panel.name for panel in sheet.panels if panel.row == "best"]
+    report.result(path=str(args.output), worst=worst, best=best, limit_mm=round(sheet.limit_mm, 4),
+                  message=f"wrote {args.output}: worst {', '.join(worst)}; best {', '.join(best) or '-'}; "
+                          f"colour scale 0-{sheet.limit_mm:.2f} mm")
+
+
 def _names(text):
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
@@ -203,6 +223,14 @@ def _parser():
     fit.add_argument("--shapes", type=_names, default=None, help="comma-separated shape keys (default: all)")
     fit.add_argument("--jobs", type=int, default=1, help="shapes fitted in parallel processes")
     fit.set_defaults(run=_fit)
+    fit_pictures = commands.add_parser("fit-pictures", help="heat maps of the worst and best shape-key fits")
+    fit_pictures.add_argument("model", type=Path)
+    fit_pictures.add_argument("fit", type=Path)
+    fit_pictures.add_argument("-o", "--output", type=Path, required=True)
+    fit_pictures.add_argument("--count", type=int, default=3, help="worst and best shapes shown (default 3 each)")
+    fit_pictures.add_argument("--limit-mm", type=float, default=None,
+                              help="error at the top of the colour scale (default: 95th percentile, at least 1 mm)")
+    fit_pictures.set_defaults(run=_fit_pictures)
 
     run = commands.add_parser("animate", help="forward physics: MODEL.npz + ACTIVATIONS.npz (or FIT.npz + "
                                               "WEIGHTS.npz) → RESULT.npz and .pc2")

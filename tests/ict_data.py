@@ -10,7 +10,10 @@ What the conversion keeps:
 * teeth_upper / teeth_lower as the upper / lower teeth meshes, re-indexed;
 * the 53 ARKit expressions as shape keys restricted to the skin (the teeth
   deltas are dropped: teeth move rigidly with the skull and the jaw);
-* the Multi-PIE 68 landmarks on the skin (all 68 are), named mp68_00..mp68_67.
+* the Multi-PIE 68 landmarks on the skin (all 68 are), named mp68_00..mp68_67;
+* ICT's own `narrow_face` part (vertices 0-6705: the front of the face without ears, scalp,
+  neck and the insides of the mouth and eye sockets) as the vertex group `face_region`, the
+  region inverse physics reports its fit error on.
 Centimetres become metres.
 
 Degenerate faces: the skin and both teeth meshes were checked and have no face
@@ -63,10 +66,13 @@ def _convert(path: Path) -> FaceRig:
         shape_key_deltas = data["expression_deltas_cm"][:, :skin_count].astype(np.float64) * _CM_TO_M
         shape_key_names = data["expression_names"].astype(str)
         multipie68 = data["landmarks_multipie68"].astype(np.int64)
+        narrow_face = parts["narrow_face"]
 
     upper_teeth_vertices, upper_teeth_faces = _part_mesh(neutral_m, faces, parts["teeth_upper"])
     lower_teeth_vertices, lower_teeth_faces = _part_mesh(neutral_m, faces, parts["teeth_lower"])
     on_skin = multipie68 < skin_count
+    face_region = np.zeros((1, skin_count))
+    face_region[0, narrow_face[0]:narrow_face[1]] = 1.0
     rig = FaceRig(
         vertices=neutral_m[:skin_count],
         faces=faces[_faces_within(faces, 0, skin_count)],
@@ -78,6 +84,8 @@ def _convert(path: Path) -> FaceRig:
         lower_teeth_faces=lower_teeth_faces,
         landmark_names=np.array([f"mp68_{i:02d}" for i in np.flatnonzero(on_skin)], dtype=str),
         landmark_vertices=multipie68[on_skin],
+        vertex_group_names=np.array(["face_region"]),
+        vertex_group_weights=face_region,
     )
     validate_rig(rig)
     for value in vars(rig).values():

@@ -272,9 +272,9 @@ def test_fat_on_the_ict_cheeks_grows_them_and_leaves_the_forehead(ict_model):
 def test_left_palsy_keeps_the_left_mouth_corner_still_in_a_smile(demo_model):
     """Symmetric smile (zygomaticus major/minor, levator anguli oris, risorius at γ = 2 on both
     sides) with all left muscles paralysed, measured against the neutral frame with the same
-    settings (no gravity). Measured: right mouth corner 0.187 mm, left 0.0002 mm (ratio 0.1 %).
-    The smile itself is small: without paralysis both corners move 0.187 mm (γ = 4: 0.44 mm;
-    on the ICT face γ = 2 gives 0.52 mm) — see the report on the smile magnitude."""
+    settings (no gravity). Measured: right mouth corner 2.37 mm, left 0.0001 mm (ratio 0.004 %).
+    (Before muscle tets became wholly active, as in Phace, the same smile moved the corners
+    only 0.19 mm.)"""
     simulator = FaceSimulator(demo_model, SimulationSettings(),
                               MaterialOverrides(paralysed_muscles=tuple(bells_palsy_muscles(demo_model, "L"))))
     neutral = simulator.step(identity_activations(demo_model))

@@ -224,6 +224,45 @@ def test_tets_form_one_piece_joined_through_faces(model):
     assert np.array_equal(np.unique(tets), np.arange(len(model["rest_positions"]))), "unused nodes"
 
 
+def _lip_vertices_at_the_slit(model, rig):
+    """Skin vertices on either side of the mouth slit, found from jawOpen rather than by the
+    builder's wall search: within the middle half of the mouth and 2 mm of the lip line, the
+    upper lip's barely move in jawOpen and the lower lip's move with the jaw."""
+    names = [str(n) for n in rig.shape_key_names]
+    motion = np.linalg.norm(rig.shape_key_deltas[names.index("jawOpen")], axis=1)
+    local = _local(model, rig.vertices)
+    corner = _local(model, _landmark(model, "mouth_corner_L")[None])[0]
+    near_slit = (np.abs(local[:, 0]) < 0.5 * abs(corner[0])) & (np.abs(local[:, 1] - corner[1]) < 0.002) \
+        & (local[:, 2] > corner[2])
+    upper = near_slit & (motion < 0.2 * motion.max())
+    lower = near_slit & (motion > 0.5 * motion.max())
+    return np.flatnonzero(upper), np.flatnonzero(lower)
+
+
+def test_the_mouth_is_cut_open_between_the_lips(model, rig):
+    """The lattice is coarser than the gap between the lips; without the cut the tets across it
+    glue the lips together and the jaw cannot open the mouth (issue 4's jawOpen)."""
+    cut = _info(model)["mouth_cut"]
+    assert cut is not None and cut["cut_faces"] > 0, cut
+    upper, lower = _lip_vertices_at_the_slit(model, rig)
+    assert len(upper) >= 3 and len(lower) >= 3, (len(upper), len(lower))
+    tets = model["tets"][model["skin_embedding_tet"]]
+    shared = np.intersect1d(tets[upper].ravel(), tets[lower].ravel())
+    assert len(shared) == 0, f"{len(shared)} nodes carry both the upper and the lower lip"
+
+
+def test_the_lips_stay_joined_at_the_mouth_corners(model):
+    """Only nodes between the mouth corners are split; beyond them the tissue is whole."""
+    nodes = model["rest_positions"]
+    _, first, counts = np.unique(nodes, axis=0, return_index=True, return_counts=True)
+    copies = _local(model, nodes[first[counts > 1]])
+    assert len(copies) > 0
+    corner = _local(model, _landmark(model, "mouth_corner_L")[None])[0]
+    spacing = _info(model)["lattice_spacing_m"]
+    assert np.abs(copies[:, 0]).max() <= abs(corner[0]) + spacing
+    assert np.abs(copies[:, 1] - corner[1]).max() <= 2 * spacing
+
+
 def test_tet_rest_volume_is_the_rest_volume(model):
     volumes = _tet_volumes(model["rest_positions"], model["tets"])
     np.testing.assert_allclose(model["tet_rest_volume"], volumes, rtol=1e-9, atol=1e-18)

@@ -30,6 +30,7 @@ import numpy as np
 from ..geometry import vertex_normals
 from ..physics.activation import symmetric_from_vector
 from .equilibrium import JAW_PARAMETER_COUNT, StaticFace
+from ..physics.activation import NEUTRAL_ACTIVATION
 from .regularizers import ActivationPrior, GroupSparsity, MuscleMembership, neutral_activations
 
 MILLIMETRE = 1e-3
@@ -37,11 +38,17 @@ JAW_SCALE = np.array([0.1, 0.1, 0.005, 0.005, 0.005])     # rad, rad, m, m, m
 # A shape key that moves no skin vertex farther than this is neutral (eye-look shapes move
 # only the eyeballs, which are not skin).
 NEUTRAL_SHAPE_MOTION = 0.5 * MILLIMETRE
-# Activations stay positive definite with some margin: an S with an eigenvalue near zero asks
-# the tissue to flatten, which no muscle does and which the forward solve cannot honour. A step
-# is shortened so that every S keeps its eigenvalues above this (IPOPT's fraction-to-boundary
-# rule in spirit).
-MIN_ACTIVATION_EIGENVALUE = 0.25
+# Activations keep their eigenvalues (the principal stretches the muscle asks for) within these
+# bounds. Below about 0.5 the tissue is asked to flatten, beyond about 2 to double in length: no
+# muscle does either, and S that extreme made the equilibrium multi-stable (a fitted jawOpen was
+# not found again when replayed from rest). A step is shortened per tet to stay inside (IPOPT's
+# fraction-to-boundary rule in spirit).
+MIN_ACTIVATION_EIGENVALUE = 0.5
+MAX_ACTIVATION_EIGENVALUE = 2.0
+# A muscle whose R_sparse group norm ends below this is switched off exactly (10 ε of the
+# smoothing); the switch is kept only if no skin vertex moves more than SNAP_SKIN_TOLERANCE.
+IDLE_MUSCLE_NORM = 1e-3
+SNAP_SKIN_TOLERANCE = 0.01 * MILLIMETRE
 
 
 @dataclass
@@ -156,8 +163,12 @@ class ShapeFitter:
                     lambda da, db: gauss_newton(da, db, damping), grad_a, grad_b,
                     self.prior.hessian_diagonal() + self.sparsity.hessian_diagonal(state.activations) + damping,
                     s.cg_tolerance, s.cg_iterations)
-                fraction = _largest_admissible_fraction(state.activations, step_a)
-                step_a, step_b, predicted = fraction * step_a, fraction * step_b, fraction * predicted
+                step_a, shortened = _admissible_step(state.activations, step_a)
+                if shortened:
+                    # The shortened step is no longer the model's minimiser: its own prediction.
+                    image_a, image_b = gauss_newton(step_a, step_b, damping)
+                    predicted = -(grad_a * step_a).sum() - grad_b @ step_b \
+                        - 0.5 * ((step_a * image_a).sum() + step_b @ image_b)
                 trial = self.face.solve(state.activations + step_a, state.jaw + step_b * JAW_SCALE, start=state.x)
                 trial_weighted, trial_fit = self._fit_residual(trial.skin, target, normals)
                 trial_value = trial_fit + self._regularisation(trial.activations, contractions)
@@ -166,13 +177,23 @@ class ShapeFitter:
                 if trial.converged and actual > 0:
                     accepted = True
                     state = trial
-                    damping = damping * (0.3 if ratio > 0.75 else (1.0 if ratio > 0.25 else 2.0))
+                    damping = damping * (0.3 if ratio > 0.75 else (1.0 if ratio > 0.25 else 4.0))
                 else:
                     damping *= 10.0
                     if damping > 1e8:
                         break
-            if not accepted or actual < s.relative_decrease * value:
+            # A small decrease ends the fit only when the model agreed with it (ratio near one):
+            # a poor ratio means the step was too long for the linearisation, and the larger
+            # damping of the next iteration may still find a real decrease.
+            if not accepted or (actual < s.relative_decrease * value and ratio > 0.5) \
+                    or predicted < 0.1 * s.relative_decrease * value:
                 break
+        state = self._snap_idle_muscles(state)
+        # Replay solves from the neutral face, not along the fit's path; the skin (and so the
+        # detail residual) stored is the equilibrium that replay finds.
+        replayed = self.face.solve(state.activations, state.jaw, start=self.rest_state.x)
+        if replayed.converged:
+            state = replayed
         _, fit_value = self._fit_residual(state.skin, target, normals)
         history.append(fit_value + self._regularisation(state.activations, contractions))
         return ShapeFit(name=name, activations=state.activations, jaw=state.jaw, skin=state.skin.copy(),
@@ -181,14 +202,49 @@ class ShapeFitter:
                         objective_history=history, contractions=contractions)
 
 
-def _largest_admissible_fraction(activations, step) -> float:
-    """The largest α ≤ 1 (halving) keeping every S(a + α δ) above MIN_ACTIVATION_EIGENVALUE."""
-    fraction = 1.0
+    def _snap_idle_muscles(self, state):
+        """Set the muscles R_sparse has all but switched off exactly to neutral.
+
+        The smoothed group norm leaves unused muscles at ~ε instead of exactly at rest; a
+        muscle whose norm is that small moves no skin, and an artist reading the fit should
+        see it off. Tets shared with a working muscle keep their activation. The snapped
+        state is re-solved and kept only if no skin vertex moves more than SNAP_SKIN_TOLERANCE."""
+        norms = self.sparsity.muscle_norms(state.activations)
+        idle = norms < IDLE_MUSCLE_NORM
+        weights = self.membership.weights
+        idle_share = weights[:, idle].sum(1) / np.maximum(weights.sum(1), 1e-300)
+        snap = idle_share > 1.0 - 1e-9
+        if not snap.any() or np.all(state.activations[snap] == NEUTRAL_ACTIVATION):
+            return state
+        activations = state.activations.copy()
+        activations[snap] = NEUTRAL_ACTIVATION
+        trial = self.face.solve(activations, state.jaw, start=state.x)
+        moved = np.linalg.norm(trial.skin - state.skin, axis=1).max()
+        return trial if trial.converged and moved <= SNAP_SKIN_TOLERANCE else state
+
+
+def _outside_bounds(activations) -> np.ndarray:
+    eigenvalues = np.linalg.eigvalsh(symmetric_from_vector(activations))
+    return (eigenvalues[:, 0] < MIN_ACTIVATION_EIGENVALUE) | (eigenvalues[:, -1] > MAX_ACTIVATION_EIGENVALUE)
+
+
+def _admissible_step(activations, step):
+    """The step with each tet's part shortened (halving) until its S keeps every eigenvalue
+    within [MIN_ACTIVATION_EIGENVALUE, MAX_ACTIVATION_EIGENVALUE]; and whether any was shortened.
+
+    Per tet rather than one fraction for the whole step: a single tet at the bound would
+    otherwise stop every other tet too (it stalled the ICT smile after six iterations)."""
+    step = np.array(step, dtype=np.float64)
+    fraction = np.ones(len(step))
+    violating = np.flatnonzero(_outside_bounds(activations + step))
+    shortened = len(violating) > 0
     for _ in range(30):
-        if np.linalg.eigvalsh(symmetric_from_vector(activations + fraction * step)).min() >= MIN_ACTIVATION_EIGENVALUE:
-            return fraction
-        fraction *= 0.5
-    return 0.0
+        if len(violating) == 0:
+            break
+        fraction[violating] *= 0.5
+        violating = violating[_outside_bounds(activations[violating] + fraction[violating, None] * step[violating])]
+    fraction[violating] = 0.0
+    return step * fraction[:, None], shortened
 
 
 def _conjugate_gradients(operator, grad_a, grad_b, diagonal_a, tolerance, max_iterations):

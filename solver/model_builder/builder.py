@@ -19,6 +19,7 @@ from .errors import ModelBuildError
 from .fractions import muscle_fractions
 from .jaw import build_jaw
 from .landmarks import infer_landmarks
+from .mouth_cut import UPPER, cut_along_slit, find_mouth_slit
 from .muscles import MusclePlacer
 from .tetmesh import boundary_faces, compact, dihedral_angle_range, mesh_implicit_volume, signed_volumes, tet_quality
 from .tissue import BONE_NAMES, SkinField, build_bone_field, find_cavity_lining
@@ -206,10 +207,16 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
     mesh = mesh_implicit_volume(tissue, prepared.low, prepared.high, spacing, progress=options.progress)
     nodes = frame.world(mesh.nodes)
     tets = mesh.tets            # the head frame is a rotation, so orientation is kept
+    slit = find_mouth_slit(rig.vertices, triangles, landmarks, max_gap=spacing)
+    tet_side, vertex_side, cut_report = None, None, None
+    if slit is not None:
+        nodes, tets, tet_side, _, cut_report = cut_along_slit(nodes, tets, slit, spacing)
+        vertex_side = _skin_vertex_sides(rig.vertices, slit, landmarks, spacing)
     volumes = signed_volumes(nodes, tets)
     if (volumes <= 0).any():
         raise ModelBuildError(f"{int((volumes <= 0).sum())} tets ended up inverted; please report this rig.")
-    clock.lap("tet mesh", f"{len(tets)} tets, {len(nodes)} nodes")
+    clock.lap("tet mesh", f"{len(tets)} tets, {len(nodes)} nodes" + (
+        f"; mouth cut along {cut_report.cut_faces} faces" if cut_report else "; no mouth slit to cut"))
 
     faces, face_is_bone, face_bone_label = _classify_boundary(tissue, nodes, tets)
     attached, bone_normal = bone_surface_nodes(nodes, faces, face_is_bone)
@@ -226,7 +233,7 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
                                                       skin.outward_normal_at)
     clock.lap("directions", "Laplace contraction directions")
 
-    embed_tet, embed_weights, outside = embed_points(nodes, tets, rig.vertices)
+    embed_tet, embed_weights, outside = embed_points(nodes, tets, rig.vertices, vertex_side, tet_side)
     mass = np.zeros(len(nodes))
     for k in range(4):
         np.add.at(mass, tets[:, k], DENSITY_KG_PER_M3 * volumes / 4)
@@ -255,6 +262,7 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
         "face_scale": landmarks.scale,
         "muscle_volume_m3": {m.name: float(v) for m, v in zip(muscles, muscle_volume)},
         "muscle_direction_method": direction_report,
+        "mouth_cut": cut_report.as_dict() if cut_report else None,
         "embedding_max_outside_m": float(outside.max()),
         "embedding_vertices_outside": {"over_1mm": int((outside > 0.001).sum()), "over_2mm": int((outside > 0.002).sum()),
                                        "total": int(len(outside))},
@@ -308,6 +316,21 @@ def _place_muscles(rig, triangles, prepared):
                           landmarks, anchors, lambda starts, directions: tissue.depth_along(starts, directions,
                                                                                             step, reach))
     return sorted(placer.place("L") + placer.place("R"), key=lambda muscle: muscle.name)
+
+
+def _skin_vertex_sides(vertices, slit, landmarks, spacing):
+    """UPPER/LOWER for the skin vertices on or near the slit's walls (the lip of the nearest
+    wall, within half a lattice spacing), 0 elsewhere.
+
+    Farther away the tet containing a vertex is on its lip anyway. Within one lattice spacing
+    of a mouth corner the lips meet and their tissue is still one piece, so the vertices there
+    take the tet that contains them, whichever lip it is counted to."""
+    side, _ = slit.side_of(vertices, 0.5 * spacing)
+    for wall_side in (UPPER, -UPPER):
+        side[np.unique(slit.triangles[slit.side == wall_side])] = wall_side
+    for corner in ("mouth_corner_L", "mouth_corner_R"):
+        side[np.linalg.norm(vertices - landmarks.position[corner], axis=1) < spacing] = 0
+    return side
 
 
 def _bone_surface(nodes, faces, labels):

@@ -2,17 +2,17 @@
 
 Paper 000 §4–5 and docs/physics.md. An activation is a symmetric 3×3 matrix S (pure
 distortion, no rotation) that the active energy asks the tissue's deformation gradient to
-reach, E_act = w_a [μ ‖F − R(FS) S‖² + λ (det F − det S)²] with the **active weight**
-w_a = V · Σ_m muscle_fraction. S = I is the neutral (relaxed) activation.
+reach, E_act = V [μ ‖F − R(FS) S‖² + λ (det F − det S)²]. As in Phace, a tet with any muscle
+is wholly active and the muscle fractions weigh only the inverse problem's regularisers
+(`corotated.TetMaterial.from_model`). S = I is the neutral (relaxed) activation.
 
-Blending (`tet_activations`): a tet's passive part is handled by the passive energy with its
-own weight V · passive_fraction, so the S of a tet describes only its active part. It is
-therefore the blend of its muscles' matrices normalised by the muscle content Σf,
+Blending (`tet_activations`): a tet shared by several muscles (or partly passive) gets the
+blend of its muscles' matrices normalised by the muscle content Σf,
 
     S_i = Σ_m (f_im / Σ_m' f_im') S_m,i        (S_i = I when Σf = 0),
 
-so a tet filled by one muscle (even partially, the rest passive) gets exactly that muscle's S,
-and a passive tet gets I. The blend is linear (paper 000 §6: symmetric matrices carry no
+so a tet filled by one muscle (even partially) gets exactly that muscle's S, and a passive
+tet gets I. The blend is linear (paper 000 §6: symmetric matrices carry no
 rotation, so blending them linearly is sound); a blend of volume-preserving matrices has
 det S ≤ 1 only to second order in the spread of the γ's, and the volume term of E_act aims
 at that det S, so the two terms stay consistent.

@@ -544,15 +544,23 @@ class TetMaterial:
 
     @classmethod
     def from_model(cls, model, mu=1.0, lam=3.0, stiffness_unit=STIFFNESS_UNIT_PA, activation=None):
-        """Weights V·passive_fraction and V·Σ muscle_fraction from a model (docs/model-format.md);
+        """Weights from a model (docs/model-format.md): a tet with any muscle is wholly active
+        (weight V on the active energy, none on the passive), every other tet wholly passive.
+
+        This is Phace's model (paper 000 §4–5): the muscle fractions weigh only the
+        regularisers. Splitting a tet into an active share V·Σf and a passive share V·(1 − Σf)
+        instead let the passive share of every muscle tet resist its own contraction; the
+        atlas muscles fill about a third of their tets on the ICT face, so the muscles pulled
+        with a third of their strength and a full smile was out of reach.
         μ, λ (scalars or (M,)) in units of ``stiffness_unit`` Pa; activation (M,3,3), default S = I."""
         volume = np.asarray(model["tet_rest_volume"], dtype=np.float64)
         element_count = len(volume)
         if activation is None:
             activation = np.broadcast_to(np.eye(3), (element_count, 3, 3))
+        active = np.asarray(model["muscle_fraction"], dtype=np.float64).sum(axis=1) > 0.0
         return cls(
-            passive_weight=volume * np.asarray(model["passive_fraction"], dtype=np.float64),
-            active_weight=volume * np.asarray(model["muscle_fraction"], dtype=np.float64).sum(axis=1),
+            passive_weight=np.where(active, 0.0, volume),
+            active_weight=np.where(active, volume, 0.0),
             activation=activation,
             mu=np.asarray(mu, dtype=np.float64) * stiffness_unit,
             lam=np.asarray(lam, dtype=np.float64) * stiffness_unit,
