@@ -31,6 +31,10 @@ TETS_PER_CELL = 12 * 1.12
 # Tissue thinner than this fraction of the lattice spacing could fall between lattice
 # samples and leave holes; estimated bones keep at least this much tissue under the skin.
 MIN_TISSUE_DEPTH_FRACTION = 0.6
+# Around each mouth corner, this many lattice spacings where lip vertices are embedded freely:
+# the cut ends there. Half a spacing: on the ICT face (h = 9.6 mm, corners 44 mm apart) a whole
+# spacing left the outer third of each lip glued to the other lip.
+CORNER_REACH = 0.5
 
 
 @dataclass
@@ -322,14 +326,14 @@ def _skin_vertex_sides(vertices, slit, landmarks, spacing):
     """UPPER/LOWER for the skin vertices on or near the slit's walls (the lip of the nearest
     wall, within half a lattice spacing), 0 elsewhere.
 
-    Farther away the tet containing a vertex is on its lip anyway. Within one lattice spacing
-    of a mouth corner the lips meet and their tissue is still one piece, so the vertices there
-    take the tet that contains them, whichever lip it is counted to."""
+    Farther away the tet containing a vertex is on its lip anyway. Within CORNER_REACH lattice
+    spacings of a mouth corner the lips meet and their tissue is still one piece, so the
+    vertices there take the tet that contains them, whichever lip it is counted to."""
     side, _ = slit.side_of(vertices, 0.5 * spacing)
     for wall_side in (UPPER, -UPPER):
         side[np.unique(slit.triangles[slit.side == wall_side])] = wall_side
     for corner in ("mouth_corner_L", "mouth_corner_R"):
-        side[np.linalg.norm(vertices - landmarks.position[corner], axis=1) < spacing] = 0
+        side[np.linalg.norm(vertices - landmarks.position[corner], axis=1) < CORNER_REACH * spacing] = 0
     return side
 
 
