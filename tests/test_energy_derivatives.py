@@ -381,13 +381,15 @@ def test_material_from_model():
     count = len(tets)
     volume = np.full(count, 2e-7)
     muscle_fraction = np.zeros((count, 3), dtype=np.float32)
-    muscle_fraction[:, 1] = 0.25
-    muscle_fraction[0, 2] = 0.5
+    muscle_fraction[1:, 1] = 0.25
+    muscle_fraction[1, 2] = 0.5
     model = dict(tet_rest_volume=volume, muscle_fraction=muscle_fraction,
                  passive_fraction=(1.0 - muscle_fraction.sum(axis=1)).astype(np.float32))
     material = TetMaterial.from_model(model, mu=2.0, lam=np.full(count, 5.0))
+    # As in Phace: a tet with any muscle is wholly active, one without wholly passive.
     assert np.allclose(material.passive_weight + material.active_weight, volume)
-    assert np.allclose(material.active_weight, volume * muscle_fraction.sum(axis=1))
+    assert np.allclose(material.active_weight, np.where(muscle_fraction.sum(axis=1) > 0, volume, 0.0))
+    assert material.passive_weight[0] == volume[0] and np.all(material.passive_weight[1:] == 0.0)
     assert np.array_equal(material.activation, np.broadcast_to(np.eye(3), (count, 3, 3)))
     assert np.allclose(material.mu, 2000.0) and np.allclose(material.lam, 5000.0)
 

@@ -5,12 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solver.demo_head import make_demo_rig
 from solver.inverse.fit import MIN_ACTIVATION_EIGENVALUE, ShapeFitter
 from solver.inverse.full_space import FullSpaceFitter
 from solver.inverse.regularizers import GroupSparsity, neutral_activations
 from solver.inverse.shapes import face_region
-from solver.model_builder.builder import BuildOptions, build_model
 from solver.physics.activation import symmetric_from_vector, tet_activations, vector_from_symmetric
 
 MM = 1e-3
@@ -18,13 +16,8 @@ STEP = 1e-6
 
 
 @pytest.fixture(scope="module")
-def demo_rig():
-    return make_demo_rig()
-
-
-@pytest.fixture(scope="module")
-def demo_model(demo_rig):
-    return build_model(demo_rig, BuildOptions(target_tets=3000))
+def demo_model(small_demo_model):
+    return small_demo_model
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.demo_head import make_demo_rig
 from solver.inverse.blend import blend, load_weights
 from solver.inverse.equilibrium import StaticFace
 from solver.inverse.fibre_fit import FibreFitter
@@ -23,7 +22,6 @@ from solver.inverse.fit_file import FitFormatError, load_fit, save_fit
 from solver.inverse.regularizers import (ActivationPrior, GroupSparsity, MuscleMembership, contraction_activation,
                                          neutral_activations)
 from solver.inverse.shapes import face_region, fit_shapes
-from solver.model_builder.builder import BuildOptions, build_model
 from solver.model_file import save_model
 from solver.physics.activation import symmetric_from_vector, tet_activations, vector_from_symmetric
 from solver.physics.inputs import AnimationInputError
@@ -34,13 +32,8 @@ MM = 1e-3
 
 
 @pytest.fixture(scope="module")
-def demo_rig():
-    return make_demo_rig()
-
-
-@pytest.fixture(scope="module")
-def demo_model(demo_rig):
-    return build_model(demo_rig, BuildOptions(target_tets=3000))
+def demo_model(small_demo_model):
+    return small_demo_model
 
 
 @pytest.fixture(scope="module")
