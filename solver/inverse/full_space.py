@@ -5,7 +5,7 @@ constraint and the node positions are unknowns next to the activations and the j
 
     min over z = (u, a, β):  f(z) = f_fit(B x) + R_act(a; γ) + R_sparse(a)
     subject to               D r(z) = 0,   r = P(b)ᵀ ∇E(x, a)            (static equilibrium)
-                             a_xx, a_yy, a_zz ≥ μ,  m₂(S(a) − μI) ≥ 0,  det(S(a) − μI) ≥ 0
+                             every principal minor of S(a_i) − μI ≥ 0   (each active tet i)
     with  x = P(b) q + c(b),  q = q_rest + ℓ u,  b = JAW_SCALE ∘ β
 
 f_fit, R_act, R_sparse, the weights and γ are ShapeFitter's own (fit.py), so both methods
@@ -52,10 +52,13 @@ of alternating objective increases and decreases.
 Positive definiteness. ShapeFitter keeps every S(a) with eigenvalues ≥ μ = MIN_ACTIVATION_-
 EIGENVALUE, and its fits end on that boundary, so the full-space problem has the same feasible
 set. Box bounds cannot express it without excluding real activations (Gershgorin would need
-S_ii ≥ μ + Σ|S_ij|, while a contracted oblique fibre has off-diagonals of ~0.5), so it is
-Sylvester's criterion on S − μI: its leading principal minors (S_xx − μ, the 2×2 minor, the
-determinant) ≥ 0. The first is a bound, which IPOPT never violates; the other two are
-inequality constraints, and together they bound the off-diagonals.
+S_ii ≥ μ + Σ|S_ij|, while a contracted oblique fibre has off-diagonals of ~0.5), so it is the
+exact characterisation of S − μI ⪰ 0: all its principal minors ≥ 0 — the three diagonal
+entries (bounds a_xx, a_yy, a_zz ≥ μ, which IPOPT never violates), the three 2×2 minors and
+the determinant (inequality constraints, 4 per tet); together they also bound the
+off-diagonals. The leading minors alone (Sylvester) are not enough on the boundary: with
+a_xx at its bound they admit indefinite S, and a first version that used them ended a 15k-tet
+fit with an eigenvalue of 0.02.
 
 Scaling. The equilibrium rows are forces in N, on nodes whose stiffness K_ii varies a
 hundredfold across the mesh (2–300 N/m on the demo head), so each row is divided by ℓ K_ii at
@@ -84,6 +87,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..geometry import vertex_normals
+from ..physics.activation import symmetric_from_vector, vector_from_symmetric
 from ..physics.activation_derivatives import ActivationCoupling
 from ..physics.bones import bone_transforms
 from ..physics.constraints import BoneConstraints
@@ -94,6 +98,10 @@ from .regularizers import ACTIVATION_METRIC, neutral_activations
 
 LENGTH_UNIT = MILLIMETRE            # ℓ: node displacements are unknowns in mm
 DAMPING_DECREASE, DAMPING_INCREASE = 3.0, 4.0
+# The principal minors of S − μI constrained per tet besides its diagonal (a bound), and the
+# activation entries (xx, yy, zz, yz, xz, xy = 0…5) each depends on.
+MINOR_ENTRIES = (np.array([0, 1, 5]), np.array([1, 2, 3]), np.array([0, 2, 4]), np.arange(6))
+MINORS_PER_TET = len(MINOR_ENTRIES)
 # (row, column) pairs of a 6×6 per-tet block's lower triangle, row-major.
 _BLOCK_ROWS, _BLOCK_COLUMNS = np.tril_indices(6)
 
@@ -157,7 +165,6 @@ class FullSpaceProblem:
         self.layout = layout = fitter.layout
         self.size, self.constraint_count = layout.size, layout.constraint_count
         self.fit_hessian = layout.fit_hessian_in_pattern(self.normals)       # Bᵀ W̃ B on H's pattern
-        self.iterations = 0
         self._point: _Point | None = None
         self.configure(FullSpaceSettings(), 1.0)
         self._iterate = None
@@ -198,6 +205,7 @@ class FullSpaceProblem:
         return z
 
     def split(self, z):
+        """(u (n,) in mm, activations (A, 6), jaw parameters b (5,) in rad and m) of z."""
         layout = self.layout
         return (z[layout.displacement_slice], z[layout.activation_slice].reshape(-1, 6),
                 z[layout.jaw_slice] * JAW_SCALE)
@@ -272,13 +280,12 @@ class FullSpaceProblem:
         point = self._at(z)
         layout = self.layout
         equilibrium = layout.row_scale * (point.P.T @ point.gradient)
-        minor, determinant = _shifted_minors(point.activations)
-        return np.concatenate([equilibrium, minor, determinant])
+        return np.concatenate([equilibrium, _shifted_minors(point.activations).ravel()])
 
     def constraint_bounds(self):
         layout = self.layout
         lower = np.zeros(self.constraint_count)
-        upper = np.concatenate([np.zeros(layout.reduced_size), np.full(2 * layout.active_count, np.inf)])
+        upper = np.concatenate([np.zeros(layout.reduced_size), np.full(MINORS_PER_TET * layout.active_count, np.inf)])
         return lower, upper
 
     def variable_bounds(self):
@@ -304,8 +311,7 @@ class FullSpaceProblem:
         # ∂r/∂b_k = Ṗ_kᵀ ∇E + Pᵀ H ẋ_k
         jaw = point.jaw_force_change + point.P.T @ (point.hessian @ point.jaw_motion)
         jaw = (layout.row_scale[:, None] * jaw * JAW_SCALE).ravel()
-        minor_gradient, determinant_gradient = _shifted_minor_gradients(point.activations)
-        return np.concatenate([stiffness, activation, jaw, minor_gradient.ravel(), determinant_gradient.ravel()])
+        return np.concatenate([stiffness, activation, jaw, _shifted_minor_gradients(point.activations).ravel()])
 
     def jacobian_matrix(self, z) -> sp.csr_matrix:
         rows, columns = self.jacobianstructure()
@@ -331,9 +337,8 @@ class FullSpaceProblem:
         blocks = objective_factor * _sparsity_blocks(fitter.sparsity, point.activations)
         blocks[:, np.arange(6), np.arange(6)] += objective_factor * (fitter.prior.hessian_diagonal() + self.damping)
         jaw_jaw[np.cumsum(np.arange(1, JAW_PARAMETER_COUNT + 1)) - 1] += self.damping
-        minor_multipliers = multipliers[layout.reduced_size:]
-        blocks += _shifted_minor_curvature(point.activations, minor_multipliers[:layout.active_count],
-                                           minor_multipliers[layout.active_count:])
+        minor_multipliers = np.reshape(multipliers[layout.reduced_size:], (-1, MINORS_PER_TET))
+        blocks += _shifted_minor_curvature(point.activations, minor_multipliers)
         return np.concatenate([objective_factor * displacement, blocks[:, _BLOCK_ROWS, _BLOCK_COLUMNS].ravel(),
                                objective_factor * jaw_displacement.ravel(), objective_factor * jaw_jaw])
 
@@ -368,6 +373,19 @@ class FullSpaceProblem:
         return not (np.isfinite(earlier) and earlier - self.best_value < self.stall_decrease * earlier)
 
 
+def _with_eigenvalues_at_least(activations, smallest) -> np.ndarray:
+    """The activations with each S's eigenvalues raised to `smallest` where below: IPOPT meets
+    the minor constraints only to its tolerance (1e-6 for a converged round, 1e-3 for a stalled
+    one), ShapeFitter's results meet the bound exactly."""
+    eigenvalues, eigenvectors = np.linalg.eigh(symmetric_from_vector(activations))
+    below = eigenvalues.min(axis=1) < smallest
+    result = np.array(activations, dtype=np.float64)
+    clamped = np.einsum("aik,ak,ajk->aij", eigenvectors[below], np.maximum(eigenvalues[below], smallest),
+                        eigenvectors[below])
+    result[below] = vector_from_symmetric(clamped)
+    return result
+
+
 def _sparsity_blocks(sparsity, activations) -> np.ndarray:
     """(A, 6, 6) per-tet diagonal blocks of ∇²R_sparse = Σ_m [W_m/ρ_m − (W_m d)(W_m d)ᵀ/ρ_m³]
     (regularizers.GroupSparsity): principal blocks of a PSD matrix, hence PSD."""
@@ -387,26 +405,27 @@ def _shifted_entries(activations):
         a[:, 2] - MIN_ACTIVATION_EIGENVALUE, a[:, 3], a[:, 4], a[:, 5]
 
 
-def _shifted_minors(activations):
-    """The 2×2 leading minor and the determinant of S − μI per tet (A,), (A,)."""
+def _shifted_minors(activations) -> np.ndarray:
+    """(A, 4) the principal minors of S − μI per tet beyond its diagonal: the 2×2 minors of
+    (x, y), (y, z), (x, z) and the determinant."""
     s11, s22, s33, s23, s13, s12 = _shifted_entries(activations)
-    minor = s11 * s22 - s12 ** 2
     determinant = s11 * s22 * s33 + 2.0 * s12 * s23 * s13 - s11 * s23 ** 2 - s22 * s13 ** 2 - s33 * s12 ** 2
-    return minor, determinant
+    return np.stack([s11 * s22 - s12 ** 2, s22 * s33 - s23 ** 2, s11 * s33 - s13 ** 2, determinant], axis=1)
 
 
-def _shifted_minor_gradients(activations):
-    """(A, 3) gradient of the 2×2 minor in (a_xx, a_yy, a_xy); (A, 6) gradient of the determinant."""
+def _shifted_minor_gradients(activations) -> np.ndarray:
+    """(A, 15) the gradients of `_shifted_minors` on the entries of MINOR_ENTRIES, in that order."""
     s11, s22, s33, s23, s13, s12 = _shifted_entries(activations)
-    minor = np.stack([s22, s11, -2.0 * s12], axis=1)
-    determinant = np.stack([s22 * s33 - s23 ** 2, s11 * s33 - s13 ** 2, s11 * s22 - s12 ** 2,
-                            2.0 * (s12 * s13 - s11 * s23), 2.0 * (s12 * s23 - s22 * s13),
-                            2.0 * (s23 * s13 - s33 * s12)], axis=1)
-    return minor, determinant
+    return np.stack([s22, s11, -2.0 * s12,                                         # xy: a_xx, a_yy, a_xy
+                     s33, s22, -2.0 * s23,                                         # yz: a_yy, a_zz, a_yz
+                     s33, s11, -2.0 * s13,                                         # xz: a_xx, a_zz, a_xz
+                     s22 * s33 - s23 ** 2, s11 * s33 - s13 ** 2, s11 * s22 - s12 ** 2,
+                     2.0 * (s12 * s13 - s11 * s23), 2.0 * (s12 * s23 - s22 * s13),
+                     2.0 * (s23 * s13 - s33 * s12)], axis=1)
 
 
-def _shifted_minor_curvature(activations, minor_multipliers, determinant_multipliers) -> np.ndarray:
-    """(A, 6, 6) the positive semi-definite part of λ₂ ∇²m₂ + λ₃ ∇²det per tet (m₂, det of S − μI)."""
+def _shifted_minor_curvature(activations, multipliers) -> np.ndarray:
+    """(A, 6, 6) the positive semi-definite part, per tet, of Σ λ ∇²(minor) for multipliers (A, 4)."""
     s11, s22, s33, s23, s13, s12 = _shifted_entries(activations)
     blocks = np.zeros((len(s11), 6, 6))
 
@@ -415,9 +434,10 @@ def _shifted_minor_curvature(activations, minor_multipliers, determinant_multipl
         if k != l:
             blocks[:, l, k] += value
 
-    add(0, 1, minor_multipliers)
-    add(5, 5, -2.0 * minor_multipliers)
-    d = determinant_multipliers
+    xy, yz, xz, d = multipliers.T
+    for (k, l), value in {(0, 1): xy, (5, 5): -2.0 * xy, (1, 2): yz, (3, 3): -2.0 * yz, (0, 2): xz,
+                          (4, 4): -2.0 * xz}.items():
+        add(k, l, value)
     for (k, l), value in {(0, 1): s33, (0, 2): s22, (1, 2): s11, (0, 3): -2.0 * s23, (1, 4): -2.0 * s13,
                           (2, 5): -2.0 * s12, (3, 3): -2.0 * s11, (4, 4): -2.0 * s22, (5, 5): -2.0 * s33,
                           (3, 4): 2.0 * s12, (3, 5): 2.0 * s13, (4, 5): 2.0 * s23}.items():
@@ -448,7 +468,7 @@ class _Layout:
         self.activation_slice = slice(n, n + 6 * A)
         self.jaw_slice = slice(n + 6 * A, n + 6 * A + JAW_PARAMETER_COUNT)
         self.size = n + 6 * A + JAW_PARAMETER_COUNT
-        self.constraint_count = n + 2 * A
+        self.constraint_count = n + MINORS_PER_TET * A
 
         rest = shape_fitter.rest_state
         constraints.reduction(*self.bone_transforms(np.zeros(JAW_PARAMETER_COUNT)))
@@ -480,14 +500,12 @@ class _Layout:
         jaw_rows = np.repeat(np.arange(n), JAW_PARAMETER_COUNT)
         jaw_columns = np.tile(np.arange(self.jaw_slice.start, self.jaw_slice.stop), n)
         tet_columns = n + 6 * np.arange(A)[:, None]
-        minor_rows = np.repeat(n + np.arange(A), 3)
-        minor_columns = (tet_columns + np.array([0, 1, 5])).ravel()
-        determinant_rows = np.repeat(n + A + np.arange(A), 6)
-        determinant_columns = (tet_columns + np.arange(6)).ravel()
-        self.jacobian_rows = np.concatenate([reduced_rows, self.coupling_rows, jaw_rows, minor_rows,
-                                             determinant_rows]).astype(np.int64)
-        self.jacobian_columns = np.concatenate([reduced_columns, coupling_columns, jaw_columns, minor_columns,
-                                                determinant_columns]).astype(np.int64)
+        minor_of_entry = np.repeat(np.arange(MINORS_PER_TET), [len(entries) for entries in MINOR_ENTRIES])
+        minor_rows = (n + MINORS_PER_TET * np.arange(A)[:, None] + minor_of_entry).ravel()
+        minor_columns = (tet_columns + np.concatenate(MINOR_ENTRIES)).ravel()
+        self.jacobian_rows = np.concatenate([reduced_rows, self.coupling_rows, jaw_rows, minor_rows]).astype(np.int64)
+        self.jacobian_columns = np.concatenate([reduced_columns, coupling_columns, jaw_columns,
+                                                minor_columns]).astype(np.int64)
 
         block_rows = (tet_columns + _BLOCK_ROWS).ravel()
         block_columns = (tet_columns + _BLOCK_COLUMNS).ravel()
@@ -642,6 +660,7 @@ class FullSpaceFitter:
             if before - value < f.settings.relative_decrease * before:
                 break
         _, activations, jaw = problem.split(z)
+        activations = _with_eigenvalues_at_least(activations, MIN_ACTIVATION_EIGENVALUE)
         ipopt_x = problem.positions(z)
         state = self.face.solve(activations, jaw, start=ipopt_x)
         _, fit_value = f._fit_residual(state.skin, target, problem.normals)
