@@ -28,6 +28,7 @@ from scipy.sparse.csgraph import connected_components
 
 from ..geometry import ClosestPointTree, triangle_normals_areas
 from ..geometry.mesh_ops import first_ray_hits
+from .tetmesh import interior_faces
 
 UPPER, LOWER = 1, -1
 # A wall faces up or down: its normal within 60° of the head's vertical axis.
@@ -112,17 +113,6 @@ def find_mouth_slit(vertices, triangles, landmarks, max_gap) -> MouthSlit | None
         return None
     return MouthSlit(vertices=np.asarray(vertices, dtype=np.float64), triangles=triangles[np.concatenate(walls)],
                      side=np.concatenate(sides), gap=np.concatenate(gaps))
-
-
-def interior_faces(tets):
-    """(F,2) tet pairs sharing a face and (F,3) the shared face's nodes."""
-    local_faces = np.array([(1, 2, 3), (0, 3, 2), (0, 1, 3), (0, 2, 1)])
-    faces = np.sort(tets[:, local_faces].reshape(-1, 3), axis=1)
-    owner = np.repeat(np.arange(len(tets)), 4)
-    order = np.lexsort(faces.T[::-1])
-    faces, owner = faces[order], owner[order]
-    same = np.flatnonzero((faces[1:] == faces[:-1]).all(1))
-    return np.stack([owner[same], owner[same + 1]], 1), faces[same]
 
 
 def cut_along_slit(nodes, tets, slit: MouthSlit, spacing):

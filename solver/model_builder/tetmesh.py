@@ -118,6 +118,17 @@ def dihedral_angle_range(nodes, tets):
     return angles.min(1), angles.max(1)
 
 
+def interior_faces(tets):
+    """(F,2) tet pairs sharing a face and (F,3) the shared face's nodes (sorted)."""
+    local_faces = np.array([(1, 2, 3), (0, 3, 2), (0, 1, 3), (0, 2, 1)])
+    faces = np.sort(tets[:, local_faces].reshape(-1, 3), axis=1)
+    owner = np.repeat(np.arange(len(tets)), 4)
+    order = np.lexsort(faces.T[::-1])
+    faces, owner = faces[order], owner[order]
+    same = np.flatnonzero((faces[1:] == faces[:-1]).all(1))
+    return np.stack([owner[same], owner[same + 1]], 1), faces[same]
+
+
 def _largest_piece(tets):
     """Keep the largest piece of tets joined through shared faces.
 
@@ -126,14 +137,8 @@ def _largest_piece(tets):
     activation it swings freely (a zero-stiffness mode that left the Hessian singular and
     stalled Newton on the ICT face). Such tets hold no tissue worth a mechanism."""
     element_count = len(tets)
-    faces = np.sort(np.concatenate([tets[:, [1, 2, 3]], tets[:, [0, 2, 3]],
-                                    tets[:, [0, 1, 3]], tets[:, [0, 1, 2]]]), axis=1)
-    owner = np.tile(np.arange(element_count), 4)
-    _, face_id = np.unique(faces, axis=0, return_inverse=True)
-    order = np.argsort(face_id.ravel(), kind="stable")
-    sorted_id = face_id.ravel()[order]
-    shared = np.flatnonzero(sorted_id[1:] == sorted_id[:-1])
-    first, second = owner[order][shared], owner[order][shared + 1]
+    pairs, _ = interior_faces(tets)
+    first, second = pairs[:, 0], pairs[:, 1]
     graph = sp.coo_matrix((np.ones(len(first)), (first, second)), shape=(element_count, element_count))
     pieces, label = connected_components(graph, directed=False)
     counts = np.bincount(label, minlength=pieces)
