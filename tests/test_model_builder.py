@@ -263,6 +263,32 @@ def test_the_lips_stay_joined_at_the_mouth_corners(model):
     assert np.abs(copies[:, 1] - corner[1]).max() <= 2 * spacing
 
 
+def test_the_cut_leaves_the_mesh_in_one_piece(model):
+    """A tet cut off on every side floats: no force reaches it and the skin in it never moves
+    (it happened at the ICT mouth corners before islands were glued back)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from solver.model_builder.tetmesh import interior_faces
+    pairs, _ = interior_faces(model["tets"])
+    count = len(model["tets"])
+    graph = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(count, count))
+    assert connected_components(graph, directed=False)[0] == 1
+
+
+def test_the_lattice_is_finer_at_the_mouth(model):
+    """The graded lattice (grading.py): tets at the lips are about half the far-field size."""
+    info = _info(model)
+    nodes, tets = model["rest_positions"], model["tets"]
+    centroids = nodes[tets].mean(1)
+    edge = np.linalg.norm(nodes[tets[:, 1]] - nodes[tets[:, 0]], axis=1)
+    mouth = (_landmark(model, "upper_lip") + _landmark(model, "lower_lip")) / 2
+    near_mouth = np.linalg.norm(centroids - mouth, axis=1) < 0.01 * info["face_scale"]
+    near_forehead = np.linalg.norm(centroids - _landmark(model, "forehead"), axis=1) < 0.02 * info["face_scale"]
+    ratio = np.median(edge[near_mouth]) / np.median(edge[near_forehead])
+    assert ratio < 0.65, ratio
+    assert info["mouth_lattice_spacing_m"] < 0.6 * info["lattice_spacing_m"]
+
+
 def test_tet_rest_volume_is_the_rest_volume(model):
     volumes = _tet_volumes(model["rest_positions"], model["tets"])
     np.testing.assert_allclose(model["tet_rest_volume"], volumes, rtol=1e-9, atol=1e-18)

@@ -78,6 +78,7 @@ class ShapeFit:
     seconds: float = 0.0
     objective_history: list = field(default_factory=list)
     contractions: np.ndarray | None = None   # (m,) γ of the local step at the end
+    context: str = ""                    # the shape this one was fitted on top of (shapes.CONTEXT_SHAPES)
 
 
 def face_errors_mm(skin, target, face_region) -> np.ndarray:

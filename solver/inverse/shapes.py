@@ -5,6 +5,18 @@ neutral solve and the symbolic analysis once per worker) and take shapes from a 
 parent reports each finished shape as it arrives. Each worker runs numba and BLAS on one
 thread, so N jobs use N cores without oversubscribing them.
 
+Context shapes: ARKit defines mouthClose on top of jawOpen (it closes the lips of an open jaw).
+On its own its target moves the lower lip ~3 cm up *through* the upper lip (ICT face: 32 mm up,
+15 mm forward), a pose no tissue can take, so it is fitted where it is meant to be used: the
+target jawOpen + mouthClose gives a_JC, b_JC, and mouthClose stores the difference
+
+    a_C = a_neut + (a_JC − a_J),   b_C = b_JC − b_J,
+
+so that the animation blend a_neut + w_J (a_J − a_neut) + w_C (a_C − a_neut) is exactly a_JC at
+w_J = w_C = 1. Its fit error is that of the combined pose; its detail residual is the standalone
+target minus the replay of (a_C, b_C), so replaying mouthClose alone still reproduces the key.
+The context shape is fitted too when it was not asked for.
+
 The face region — where the fit error is reported and the fit weighs most — is the rig's
 vertex group `face_region` when it has one, and otherwise every skin vertex in front of the
 jaw hinge (the condyles) and above the menton, which leaves out the back of the head, the
@@ -12,6 +24,7 @@ ears and the neck.
 """
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import time
@@ -22,8 +35,11 @@ import numpy as np
 
 from ..rig import FaceRig
 from .fit import FitSettings, ShapeFit, ShapeFitter
+from .regularizers import neutral_activations
 
 FACE_REGION_GROUP = "face_region"
+# shape → the shape it is defined on top of (ARKit convention)
+CONTEXT_SHAPES = {"mouthClose": "jawOpen"}
 BELOW_MENTON_MARGIN = 0.01      # m of chin underside still counted as face
 
 
@@ -48,13 +64,22 @@ def face_region(model, rig: FaceRig) -> tuple[np.ndarray, str]:
 
 
 def select_shapes(rig: FaceRig, requested: Optional[Sequence[str]]) -> list[str]:
+    """The shapes to fit in the rig's order: the requested ones (default all) plus the context
+    shapes they are defined on."""
     names = [str(name) for name in rig.shape_key_names]
     if not requested:
         return names
     unknown = [name for name in requested if name not in names]
     if unknown:
         raise ShapeSelectionError(f"shape keys not in the rig: {', '.join(unknown)}; the rig has: {', '.join(names)}")
-    return list(requested)
+    wanted = set(requested) | {CONTEXT_SHAPES[name] for name in requested
+                               if name in CONTEXT_SHAPES and CONTEXT_SHAPES[name] in names}
+    return [name for name in names if name in wanted]
+
+
+def fit_contexts(names: Sequence[str]) -> dict:
+    """shape → context shape, for the context shapes whose context is among `names`."""
+    return {name: CONTEXT_SHAPES[name] for name in names if CONTEXT_SHAPES.get(name) in names}
 
 
 # One fitter per worker process, built by the pool's initializer, with the shapes' deltas.
@@ -96,20 +121,27 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
     region, region_source = face_region(model, rig)
     all_names = [str(name) for name in rig.shape_key_names]
     deltas = {name: np.asarray(rig.shape_key_deltas[all_names.index(name)]) for name in names}
+    contexts = fit_contexts(names)
+    fitted_deltas = {name: deltas[name] + (deltas[contexts[name]] if name in contexts else 0.0) for name in names}
     started = time.perf_counter()
     results: dict[str, ShapeFit] = {}
     if jobs <= 1 or len(names) <= 1:
         fitter = ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region, settings)
         for name in names:
-            results[name] = fitter.fit(name, deltas[name])
-            progress(results[name], len(results), len(names))
+            results[name] = fitter.fit(name, fitted_deltas[name])
+            progress(dataclasses.replace(results[name], context=contexts.get(name, "")), len(results), len(names))
     else:
-        context = multiprocessing.get_context("spawn")
-        with _single_threaded_children(), context.Pool(min(jobs, len(names)), initializer=_start_worker,
-                                                       initargs=(model, deltas, region, settings)) as pool:
+        fitter = None
+        spawn = multiprocessing.get_context("spawn")
+        with _single_threaded_children(), spawn.Pool(min(jobs, len(names)), initializer=_start_worker,
+                                                     initargs=(model, fitted_deltas, region, settings)) as pool:
             for fit in pool.imap_unordered(_fit_in_worker, names):
                 results[fit.name] = fit
-                progress(fit, len(results), len(names))
+                progress(dataclasses.replace(fit, context=contexts.get(fit.name, "")), len(results), len(names))
+    if contexts:
+        fitter = fitter or ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region, settings)
+        for name, context_name in contexts.items():
+            results[name] = _relative_to_context(fitter, results[name], results[context_name], deltas[name])
     ordered = [results[name] for name in names]
     rest_skin = np.asarray(model["skin_vertices"])
     targets = [rest_skin + deltas[name] for name in names]
@@ -126,9 +158,26 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
         "seconds": np.array([fit.seconds for fit in ordered]),
         "contractions": np.stack([fit.contractions if fit.contractions is not None
                                   else np.ones(len(model["muscle_names"])) for fit in ordered]),
+        "fit_context": np.array([contexts.get(name, "") for name in names], dtype=str),
         "face_region": region,
         "face_region_source": np.array(region_source),
         "tet_count": np.array(len(model["tets"])),
         "skin_vertex_count": np.array(len(rest_skin)),
         "total_seconds": np.array(time.perf_counter() - started),
     }
+
+
+def _relative_to_context(fitter: ShapeFitter, combined: ShapeFit, context: ShapeFit, delta) -> ShapeFit:
+    """The combined fit (context + shape) turned into the shape's own activations and jaw (see the
+    module docstring); `skin` becomes the standalone replay, so the detail residual reproduces
+    the standalone shape key. The error stays that of the combined, physically possible pose."""
+    if combined.status != "fitted":
+        return combined
+    neutral = neutral_activations(len(combined.activations))
+    activations = neutral + combined.activations - context.activations
+    jaw = combined.jaw - context.jaw
+    replayed = fitter.face.solve(activations, jaw, start=fitter.rest_state.x)
+    # The difference alone may not be a pose the tissue reaches (it is only ever used on top of
+    # its context); the residual then comes from the combined pose instead.
+    skin = replayed.skin if replayed.converged else combined.skin - (context.skin - fitter.rest_state.skin)
+    return dataclasses.replace(combined, activations=activations, jaw=jaw, skin=skin, context=context.name)

@@ -17,6 +17,7 @@ from .directions import contraction_frames
 from .embedding import embed_points
 from .errors import ModelBuildError
 from .fractions import muscle_fractions
+from .grading import DEFAULT_MOUTH_FINE_FACTOR, mouth_grading
 from .jaw import build_jaw
 from .landmarks import infer_landmarks
 from .mouth_cut import UPPER, cut_along_slit, find_mouth_slit
@@ -40,6 +41,8 @@ CORNER_REACH = 0.5
 @dataclass
 class BuildOptions:
     target_tets: int = 35000
+    # Lattice spacing at the mouth as a fraction of the far-field spacing (1: uniform lattice).
+    mouth_fine_factor: float = DEFAULT_MOUTH_FINE_FACTOR
     samples_per_tet: int = 48
     volume_samples: int = 150_000
     progress: Optional[Callable[[str], None]] = None
@@ -106,8 +109,9 @@ class TissueField:
         return distances[before] + np.clip(fraction, 0.0, 1.0) * step * (first_out > 0)
 
 
-def _local_box(frame, skin_vertices, margin, spacing=None):
-    """Head-frame box around the skin, symmetric about the midplane.
+def _local_box(frame, skin_vertices, margin, spacing=None, grading=None):
+    """Head-frame box around the skin, symmetric about the midplane; with a grading, the
+    lattice-space box whose warped image covers it.
 
     With a spacing, the box is widened to a whole number of cells each side of the
     midplane, so the lattice is its own mirror image and left/right muscles are
@@ -115,6 +119,8 @@ def _local_box(frame, skin_vertices, margin, spacing=None):
     """
     local = frame.local(skin_vertices)
     low, high = local.min(0) - margin, local.max(0) + margin
+    if grading is not None:
+        low, high = grading.covering_box(low, high)
     half_width = max(abs(low[0]), abs(high[0]))
     if spacing is not None:
         half_width = np.ceil(half_width / spacing) * spacing
@@ -122,8 +128,11 @@ def _local_box(frame, skin_vertices, margin, spacing=None):
     return low, high
 
 
-def estimate_volume(field, low, high, samples, seed=11):
+def estimate_volume(field, low, high, samples, seed=11, warp=None):
     """Volume of {field < 0} inside the box [low, high] by stratified Monte Carlo, and its standard error.
+
+    With a `warp` (lattice space → head frame) the box is in lattice space and the volume is
+    the lattice-space volume of the warped-back region, which is what sets the tet count.
 
     One random point per cell of a regular grid: only cells cut by the boundary
     contribute variance, so the error falls much faster than with independent samples;
@@ -135,7 +144,7 @@ def estimate_volume(field, low, high, samples, seed=11):
     counts = np.maximum(np.round(extent / cell).astype(int), 1)
     index = np.stack(np.meshgrid(*[np.arange(n) for n in counts], indexing="ij"), -1).reshape(-1, 3)
     points = low + (index + rng.random(index.shape)) * (extent / counts)
-    inside = field(points)[0] < 0
+    inside = field(points if warp is None else warp(points))[0] < 0
     box = float(np.prod(extent))
     p = inside.mean()
     return box * p, box * np.sqrt(p * (1 - p) / len(points))
@@ -156,9 +165,11 @@ class PreparedTissue:
     bone_info: dict
     volume: float                 # Monte-Carlo volume of the tissue, m³
     volume_error: float
-    spacing: float                # lattice spacing for the target tet count, m
-    low: np.ndarray               # head-frame box to mesh, mirror-symmetric, whole cells
+    spacing: float                # far-field lattice spacing for the target tet count, m
+    low: np.ndarray               # lattice-space box to mesh, mirror-symmetric, whole cells
     high: np.ndarray
+    grading: object = None        # grading.RadialGrading, or None for a uniform lattice
+    mouth_spacing: float = 0.0    # local lattice spacing between the lips, m
 
 
 def prepare_tissue(rig: FaceRig, options: BuildOptions, triangles=None) -> PreparedTissue:
@@ -182,16 +193,25 @@ def prepare_tissue(rig: FaceRig, options: BuildOptions, triangles=None) -> Prepa
     if volume <= 0:
         raise ModelBuildError("the skin encloses no tissue: is the skin inside out or are the bones larger "
                               "than the head? Check face orientation (normals must point out of the head).")
-    spacing = _spacing_for(volume, options.target_tets)
+    grading = mouth_grading(frame, landmarks, options.mouth_fine_factor)
+    warp = None if grading is None else grading.map
+    lattice_low, lattice_high = _local_box(frame, rig.vertices, margin, grading=grading)
+    spacing = _spacing_for(volume if grading is None else
+                           estimate_volume(TissueField(skin, bones, frame), lattice_low, lattice_high,
+                                           coarse_samples, warp=warp)[0], options.target_tets)
     bones, bone_info = build_bone_field(rig, skin, landmarks, jaw, cavity,
                                         min_tissue_depth=MIN_TISSUE_DEPTH_FRACTION * spacing)
     field = TissueField(skin, bones, frame)
     volume, volume_error = estimate_volume(field, low, high, options.volume_samples)
-    spacing = _spacing_for(volume, options.target_tets)
-    low, high = _local_box(frame, rig.vertices, margin, spacing)
+    lattice_volume = volume if grading is None else estimate_volume(field, lattice_low, lattice_high,
+                                                                    options.volume_samples, warp=warp)[0]
+    spacing = _spacing_for(lattice_volume, options.target_tets)
+    low, high = _local_box(frame, rig.vertices, margin, spacing, grading)
+    mouth = frame.local(np.array([(landmarks["upper_lip"] + landmarks["lower_lip"]) / 2]))
+    mouth_spacing = spacing * (1.0 if grading is None else float(grading.world_spacing_factor(mouth)[0]))
     return PreparedTissue(landmarks=landmarks, jaw=jaw, skin=skin, cavity=cavity, field=field,
                           bone_info=bone_info, volume=volume, volume_error=volume_error,
-                          spacing=spacing, low=low, high=high)
+                          spacing=spacing, low=low, high=high, grading=grading, mouth_spacing=mouth_spacing)
 
 
 def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
@@ -208,14 +228,17 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
     clock.lap("tissue", f"{len(landmarks.position)} landmarks, jaw hinge by {jaw.method}; "
                         f"{volume * 1e6:.0f} cm³ of tissue, lattice spacing {spacing * 1e3:.1f} mm")
 
-    mesh = mesh_implicit_volume(tissue, prepared.low, prepared.high, spacing, progress=options.progress)
+    mesh = mesh_implicit_volume(tissue, prepared.low, prepared.high, spacing, progress=options.progress,
+                                grading=prepared.grading)
     nodes = frame.world(mesh.nodes)
     tets = mesh.tets            # the head frame is a rotation, so orientation is kept
-    slit = find_mouth_slit(rig.vertices, triangles, landmarks, max_gap=spacing)
+    # The cut works at the lattice's own scale between the lips.
+    mouth_spacing = prepared.mouth_spacing
+    slit = find_mouth_slit(rig.vertices, triangles, landmarks, max_gap=mouth_spacing)
     tet_side, vertex_side, cut_report = None, None, None
     if slit is not None:
-        nodes, tets, tet_side, _, cut_report = cut_along_slit(nodes, tets, slit, spacing)
-        vertex_side = _skin_vertex_sides(rig.vertices, slit, landmarks, spacing)
+        nodes, tets, tet_side, _, cut_report = cut_along_slit(nodes, tets, slit, mouth_spacing)
+        vertex_side = _skin_vertex_sides(rig.vertices, slit, landmarks, mouth_spacing)
     volumes = signed_volumes(nodes, tets)
     if (volumes <= 0).any():
         raise ModelBuildError(f"{int((volumes <= 0).sum())} tets ended up inverted; please report this rig.")
@@ -252,6 +275,8 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
         "solver_version": __version__,
         "target_tets": options.target_tets,
         "lattice_spacing_m": spacing,
+        "mouth_lattice_spacing_m": mouth_spacing,
+        "lattice_grading": None if prepared.grading is None else prepared.grading.describe(),
         "tet_count": int(len(tets)), "node_count": int(len(nodes)),
         "tissue_volume_estimate_m3": volume, "tissue_volume_estimate_stderr_m3": volume_error,
         "tet_volume_m3": float(volumes.sum()),

@@ -126,7 +126,7 @@ def cut_along_slit(nodes, tets, slit: MouthSlit, spacing):
     face_centres = nodes[shared].mean(1)
     _, face_distance = slit.side_of(face_centres, reach)
     differ = (tet_side[pairs[:, 0]] != tet_side[pairs[:, 1]]) & (tet_side[pairs] != 0).all(1)
-    cut = differ & (face_distance < 0.75 * spacing)
+    cut = _without_islands(differ & (face_distance < 0.75 * spacing), pairs, len(tets))
     node_count, tet_count = len(nodes), len(tets)
     # Corner slots (tet, k) are the graph's vertices; an uncut shared face joins the slots of
     # its three nodes in the two tets. Nodes on no cut face keep one copy: all their slots are joined.
@@ -162,6 +162,27 @@ def cut_along_slit(nodes, tets, slit: MouthSlit, spacing):
                        split_nodes=int((copies > 1).sum()), added_nodes=int(len(origin) - node_count),
                        max_gap_m=float(slit.gap.max()))
     return nodes[origin], new_tets, tet_side, origin, report
+
+
+def _without_islands(cut, pairs, tet_count):
+    """The cut minus the faces around tets it would set adrift.
+
+    Near the mouth corners the nearest wall can flip between neighbouring tets, and a tet whose
+    every neighbour was given the other lip ends up cut all round: a floating piece that no force
+    reaches, so the skin embedded in it never moves. The lips stay joined behind the slit and at
+    the corners, so every piece but the largest is such an island; its faces are glued back."""
+    cut = cut.copy()
+    while True:
+        kept = pairs[~cut]
+        graph = sp.coo_matrix((np.ones(len(kept)), (kept[:, 0], kept[:, 1])), shape=(tet_count, tet_count))
+        pieces, label = connected_components(graph, directed=False)
+        if pieces == 1:
+            return cut
+        island = label != np.argmax(np.bincount(label))
+        reglued = cut & island[pairs].any(1)
+        if not reglued.any():
+            return cut
+        cut &= ~reglued
 
 
 def _slot_of(tets, slot, tet_index, node):

@@ -37,7 +37,7 @@ MIN_CORNERS_INSIDE = 2
 class TetMesh:
     nodes: np.ndarray          # (N,3)
     tets: np.ndarray           # (M,4) positively oriented
-    spacing: float             # lattice spacing h
+    spacing: float             # lattice spacing h (far field when graded)
     dropped_pieces: int        # disconnected pieces removed
     repaired: int              # tets repaired or removed for quality
 
@@ -152,19 +152,30 @@ def compact(nodes, tets):
     return nodes[used], remap[tets], used
 
 
-def mesh_implicit_volume(field, lower, upper, spacing, progress=None) -> TetMesh:
-    """Tet mesh of {field < 0}; `field(points)` returns (value, projection onto value = 0)."""
+def mesh_implicit_volume(field, lower, upper, spacing, progress=None, grading=None) -> TetMesh:
+    """Tet mesh of {field < 0}; `field(points)` returns (value, projection onto value = 0).
+
+    With a `grading` (grading.RadialGrading) the lattice is laid out over the lattice-space box
+    [lower, upper] and its nodes are warped into place, finer where the grading says so; every
+    distance threshold below then uses the local spacing."""
     progress = progress or (lambda message: None)
     nodes, tets = bcc_lattice(lower, upper, spacing)
-    progress(f"lattice: {len(nodes)} nodes, {len(tets)} tets at {spacing * 1e3:.2f} mm")
+    if grading is None:
+        node_spacing = np.full(len(nodes), spacing)
+    else:
+        node_spacing = spacing * grading.spacing_factor(nodes)
+        nodes = grading.map(nodes)
+    progress(f"lattice: {len(nodes)} nodes, {len(tets)} tets at {spacing * 1e3:.2f} mm"
+             + ("" if grading is None else f", {node_spacing.min() * 1e3:.2f} mm at the finest"))
     # Only nodes near or inside the volume matter. The field is ~1-Lipschitz, so a cheap
     # first pass over every node tells which tets can touch the volume at all.
     value, projection = field(nodes)
     corner_value = value[tets]
-    reach = 1.2 * spacing
+    reach = 1.2 * node_spacing[tets].max(1)
     candidate = corner_value.min(1) < reach
     tets = tets[candidate]
     corner_value = corner_value[candidate]
+    reach = reach[candidate]
     centroids = nodes[tets].mean(1)
     deep_inside = corner_value.max(1) < -reach
     centre_value = np.full(len(tets), -1.0)
@@ -177,7 +188,7 @@ def mesh_implicit_volume(field, lower, upper, spacing, progress=None) -> TetMesh
     original = nodes.copy()
     used = np.zeros(len(nodes), bool)
     used[tets.ravel()] = True
-    moved = used & (value > -WARP_FRACTION * spacing)
+    moved = used & (value > -WARP_FRACTION * node_spacing)
     target = nodes.copy()
     target[moved] = projection[moved]
     # Where skin meets bone (a corner of the volume) one projection lands on the other
