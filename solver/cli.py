@@ -109,7 +109,8 @@ def _animate(args, report):
         activations, detail = blended.activations, blended.detail
     maps = load_maps(args.maps, model) if args.maps else None
     settings = SimulationSettings(dynamic=args.dynamic, gravity=args.gravity, fps=activations.fps,
-                                  substeps=args.substeps, wind=args.wind)
+                                  substeps=args.substeps, wind=args.wind, contact_solver=args.contact_solver)
+    collisions = _collision_scene(model, args.collisions, args.collider)
 
     def on_frame(event):
         state = "" if event["converged"] else f" NOT CONVERGED ({event['reason']})"
@@ -117,12 +118,47 @@ def _animate(args, report):
                         f"iterations, {event['seconds']:.2f} s{state}", **event)
 
     result = animate(model, activations, args.output, settings, maps=maps, fat_scale=args.fat_scale,
-                     progress=on_frame, skin_detail=detail)
+                     progress=on_frame, skin_detail=detail, collisions=collisions)
     unconverged = int((~result.converged).sum())
     report.result(path=str(args.output), cache=str(args.output.with_suffix(".pc2")),
                   frames=int(len(result.converged)), unconverged_frames=unconverged,
                   message=f"wrote {args.output} and {args.output.with_suffix('.pc2')}: {len(result.converged)} "
                           f"frames, {unconverged} not converged")
+
+
+COLLISION_KINDS = ("teeth", "lips")
+
+
+def _collision_kinds(text):
+    kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
+    unknown = sorted(set(kinds) - set(COLLISION_KINDS))
+    if not kinds or unknown:
+        raise argparse.ArgumentTypeError(f"--collisions takes a comma-separated subset of "
+                                         f"{','.join(COLLISION_KINDS)}; got {text!r}")
+    return kinds
+
+
+def _collision_scene(model, kinds, collider_paths):
+    """The CollisionScene for --collisions / --collider, or None when neither is given."""
+    kinds, collider_paths = kinds or [], collider_paths or []
+    if not kinds and not collider_paths:
+        return None
+    try:
+        from .collisions.scene import CollisionScene
+        from .collisions.mesh_collider import load_mesh_collider
+    except ImportError as error:
+        raise InputError(f"--collisions / --collider: collision detection is not available in this "
+                         f"solver ({error}); run without them") from None
+    colliders = []
+    for path in collider_paths:
+        try:
+            colliders.append(load_mesh_collider(path))
+        except (OSError, ValueError, KeyError) as error:
+            raise InputError(f"--collider {path}: {error}") from None
+    try:
+        return CollisionScene(model, teeth="teeth" in kinds, lips="lips" in kinds, colliders=colliders)
+    except (ValueError, KeyError) as error:
+        raise InputError(f"--collisions: {error}") from None
 
 
 def _fit(args, report):
@@ -142,7 +178,8 @@ def _fit(args, report):
 
     def on_shape(fit, done, total):
         mean, p95, worst = fit.error_mm
-        report.progress(f"{fit.name} ({done}/{total}): {fit.status}, error mean {mean:.2f} / 95th {p95:.2f} / "
+        on_top = f" on top of {fit.context}" if fit.context else ""
+        report.progress(f"{fit.name} ({done}/{total}): {fit.status}{on_top}, error mean {mean:.2f} / 95th {p95:.2f} / "
                         f"max {worst:.2f} mm, {fit.iterations} iterations, {fit.seconds:.1f} s",
                         shape=fit.name, done=done, total=total, status=fit.status,
                         error_mm=[round(float(e), 4) for e in fit.error_mm], iterations=int(fit.iterations),
@@ -247,6 +284,12 @@ def _parser():
     run.add_argument("--wind", type=_wind, default=None, help="wind velocity X,Y,Z in m/s (world axes)")
     run.add_argument("--maps", type=Path, help="MAPS.npz with fat/stiffness/density/paralysis maps")
     run.add_argument("--fat-scale", type=float, default=1.0, help="plastic scale where the fat map is 1")
+    run.add_argument("--collisions", type=_collision_kinds, default=None,
+                     help="keep the skin out of the teeth and/or the other lip: teeth, lips or teeth,lips")
+    run.add_argument("--collider", type=Path, action="append", default=None, metavar="MESH.npz",
+                     help="an external collider mesh (repeatable)")
+    run.add_argument("--contact-solver", choices=("newton", "ipopt"), default="newton",
+                     help="contact response: augmented Lagrangian in Newton (default) or IPOPT")
     run.set_defaults(run=_animate)
     job = commands.add_parser("run-job", help="run JOB_DIR/job.json (the add-on's job protocol, docs/addon.md)")
     job.add_argument("job_dir", type=Path)

@@ -110,6 +110,8 @@ class TriangleBVH:
     """
 
     def __init__(self, vertices, triangles, leaf_size: int = DEFAULT_LEAF_SIZE):
+        # Kept so that ``refit`` can re-gather the corners of a deformed copy of the mesh.
+        self._tree_order_triangles = np.zeros((0, 3), np.int64)
         if leaf_size < 1:
             raise ValueError(f"leaf_size must be at least 1, got {leaf_size}")
         vertices, triangles = as_triangle_mesh(vertices, triangles)
@@ -128,12 +130,38 @@ class TriangleBVH:
         centroids = vertices[triangles].mean(axis=1)
         order, first_child, start, stop, max_depth = _build_topology(centroids, self.leaf_size)
         self.triangle_order = order
-        self.corners = np.ascontiguousarray(vertices[triangles[order]])
+        self._tree_order_triangles = np.ascontiguousarray(triangles[order])
+        self.corners = np.ascontiguousarray(vertices[self._tree_order_triangles])
         self.node_first_child = first_child
         self.node_start = start
         self.node_stop = stop
         self.node_lower, self.node_upper = _node_bounds(self.corners, start, stop)
         self.max_depth = max_depth
+
+    def refit(self, vertices) -> None:
+        """Move the tree onto new positions of the same mesh (same triangles, same vertex count).
+
+        The topology (splits, triangle order) is kept and only the corners and the node
+        bounds are recomputed, which is several times cheaper than a rebuild and gives the
+        same query results; the tree only gets looser when the mesh deforms a lot relative
+        to its size, so rebuild from scratch when the shape changes completely. A
+        ``ClosestPointTree`` sharing this tree follows the refit; a ``WindingNumberTree``
+        keeps its old far-field moments and must be rebuilt.
+        """
+        vertices = np.ascontiguousarray(vertices, dtype=np.float64)
+        if vertices.shape != (self.vertex_count, 3):
+            raise ValueError(f"refit needs vertices of shape ({self.vertex_count}, 3), got {vertices.shape}")
+        if not np.all(np.isfinite(vertices)):
+            raise ValueError("vertices contain NaN or infinite coordinates")
+        if self.triangle_count == 0:
+            return
+        self.corners = np.ascontiguousarray(vertices[self._tree_order_triangles])
+        self.node_lower, self.node_upper = _node_bounds(self.corners, self.node_start, self.node_stop)
+
+    @property
+    def slot_triangles(self) -> np.ndarray:
+        """(t,3) vertex indices of each slot's triangle (the triangles in tree order)."""
+        return self._tree_order_triangles
 
     @property
     def triangle_count(self) -> int:

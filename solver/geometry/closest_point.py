@@ -159,6 +159,61 @@ def _box_distance_squared(qx, qy, qz, lower, upper, node):
     return gx * gx + gy * gy + gz * gz
 
 
+@njit(cache=True, fastmath=False)
+def nearest_triangle_slot(qx, qy, qz, search_bound_squared, corners, node_first_child, node_start, node_stop,
+                          node_lower, node_upper, node_stack, bound_stack):
+    """The tree slot of the triangle nearest to (qx, qy, qz), if one is strictly closer than
+    sqrt(search_bound_squared): (squared distance, slot or -1, barycentric u, v, w).
+
+    Depth-first, nearer child first, with the caller's stacks (``traversal_stack_size``
+    entries) so that parallel callers give each thread its own."""
+    best_squared = search_bound_squared
+    best_slot = -1
+    best_u = best_v = best_w = 0.0
+    root_bound = _box_distance_squared(qx, qy, qz, node_lower, node_upper, 0)
+    stack_top = 0
+    if root_bound < best_squared:
+        node_stack[0] = 0
+        bound_stack[0] = root_bound
+        stack_top = 1
+    while stack_top > 0:
+        stack_top -= 1
+        node = node_stack[stack_top]
+        # The bound was computed when the node was pushed; a closer triangle may have been found since.
+        if bound_stack[stack_top] >= best_squared:
+            continue
+        first_child = node_first_child[node]
+        if first_child < 0:
+            for slot in range(node_start[node], node_stop[node]):
+                u, v, w = _closest_on_triangle(qx, qy, qz, corners, slot)
+                rx = u * corners[slot, 0, 0] + v * corners[slot, 1, 0] + w * corners[slot, 2, 0] - qx
+                ry = u * corners[slot, 0, 1] + v * corners[slot, 1, 1] + w * corners[slot, 2, 1] - qy
+                rz = u * corners[slot, 0, 2] + v * corners[slot, 1, 2] + w * corners[slot, 2, 2] - qz
+                squared = rx * rx + ry * ry + rz * rz
+                if squared < best_squared:
+                    best_squared = squared
+                    best_slot = slot
+                    best_u, best_v, best_w = u, v, w
+            continue
+        near_child, far_child = first_child, first_child + 1
+        near_bound = _box_distance_squared(qx, qy, qz, node_lower, node_upper, near_child)
+        far_bound = _box_distance_squared(qx, qy, qz, node_lower, node_upper, far_child)
+        if far_bound < near_bound:
+            near_child, far_child = far_child, near_child
+            near_bound, far_bound = far_bound, near_bound
+        # Push the farther child first so the nearer one is explored first and tightens the
+        # bound before the farther one is reconsidered.
+        if far_bound < best_squared:
+            node_stack[stack_top] = far_child
+            bound_stack[stack_top] = far_bound
+            stack_top += 1
+        if near_bound < best_squared:
+            node_stack[stack_top] = near_child
+            bound_stack[stack_top] = near_bound
+            stack_top += 1
+    return best_squared, best_slot, best_u, best_v, best_w
+
+
 @njit(cache=True, fastmath=False, parallel=True)
 def _closest_points_kernel(
     points, corners, triangle_order, node_first_child, node_start, node_stop,
@@ -180,52 +235,9 @@ def _closest_points_kernel(
         bound_stack = np.empty(stack_size)
         block_end = min((block + 1) * _POINTS_PER_BLOCK, point_count)
         for point in range(block * _POINTS_PER_BLOCK, block_end):
-            qx, qy, qz = points[point, 0], points[point, 1], points[point, 2]
-            best_squared = search_bound_squared
-            best_slot = -1
-            best_u = best_v = best_w = 0.0
-            root_bound = _box_distance_squared(qx, qy, qz, node_lower, node_upper, 0)
-            stack_top = 0
-            if root_bound < best_squared:
-                node_stack[0] = 0
-                bound_stack[0] = root_bound
-                stack_top = 1
-            while stack_top > 0:
-                stack_top -= 1
-                node = node_stack[stack_top]
-                # The bound was computed when the node was pushed; a closer triangle
-                # may have been found since.
-                if bound_stack[stack_top] >= best_squared:
-                    continue
-                first_child = node_first_child[node]
-                if first_child < 0:
-                    for slot in range(node_start[node], node_stop[node]):
-                        u, v, w = _closest_on_triangle(qx, qy, qz, corners, slot)
-                        rx = u * corners[slot, 0, 0] + v * corners[slot, 1, 0] + w * corners[slot, 2, 0] - qx
-                        ry = u * corners[slot, 0, 1] + v * corners[slot, 1, 1] + w * corners[slot, 2, 1] - qy
-                        rz = u * corners[slot, 0, 2] + v * corners[slot, 1, 2] + w * corners[slot, 2, 2] - qz
-                        squared = rx * rx + ry * ry + rz * rz
-                        if squared < best_squared:
-                            best_squared = squared
-                            best_slot = slot
-                            best_u, best_v, best_w = u, v, w
-                    continue
-                near_child, far_child = first_child, first_child + 1
-                near_bound = _box_distance_squared(qx, qy, qz, node_lower, node_upper, near_child)
-                far_bound = _box_distance_squared(qx, qy, qz, node_lower, node_upper, far_child)
-                if far_bound < near_bound:
-                    near_child, far_child = far_child, near_child
-                    near_bound, far_bound = far_bound, near_bound
-                # Push the farther child first so the nearer one is explored first and
-                # tightens the bound before the farther one is reconsidered.
-                if far_bound < best_squared:
-                    node_stack[stack_top] = far_child
-                    bound_stack[stack_top] = far_bound
-                    stack_top += 1
-                if near_bound < best_squared:
-                    node_stack[stack_top] = near_child
-                    bound_stack[stack_top] = near_bound
-                    stack_top += 1
+            best_squared, best_slot, best_u, best_v, best_w = nearest_triangle_slot(
+                points[point, 0], points[point, 1], points[point, 2], search_bound_squared, corners,
+                node_first_child, node_start, node_stop, node_lower, node_upper, node_stack, bound_stack)
             if best_slot >= 0:
                 distance[point] = math.sqrt(best_squared)
                 triangle_index[point] = triangle_order[best_slot]

@@ -1,8 +1,11 @@
 """The `animate` command's work: run a model through per-frame activations and write the result.
 
 RESULT.npz holds `skin_positions` (T,V,3) metres on the rig's vertices, `converged` (T,),
-`newton_iterations` (T,), `frame_seconds` (T,) and `fps`; it is written atomically once all
-frames are done. A `.pc2` point cache of the skin is written beside it frame by frame (each
+`newton_iterations` (T,), `frame_seconds` (T,), `fps`, `skull_transforms` and
+`jaw_transforms` (T,4,4) (each bone's rigid world transform from rest, always written),
+`penetration_depth_max` (T,) metres (deepest skin vertex inside a collider at the end of the
+frame; 0 without a collision scene) and `contacts` (T,) (contact planes pushing); it is
+written atomically once all frames are done. A `.pc2` point cache of the skin is written beside it frame by frame (each
 frame fsynced before the header counts it), so a long run can be watched, and a crash or a
 cancel leaves every finished frame playable.
 """
@@ -28,11 +31,22 @@ class AnimationResult:
     newton_iterations: np.ndarray   # (T,) int
     frame_seconds: np.ndarray       # (T,)
     fps: float
+    skull_transforms: np.ndarray = None      # (T,4,4)
+    jaw_transforms: np.ndarray = None        # (T,4,4)
+    penetration_depth_max: np.ndarray = None  # (T,) m
+    contacts: np.ndarray = None              # (T,)
 
     def arrays(self) -> dict:
+        frames = len(self.converged)
+        identity = np.tile(np.eye(4), (frames, 1, 1))
         return {"skin_positions": self.skin_positions, "converged": self.converged,
                 "newton_iterations": self.newton_iterations, "frame_seconds": self.frame_seconds,
-                "fps": np.array(self.fps)}
+                "fps": np.array(self.fps),
+                "skull_transforms": identity if self.skull_transforms is None else self.skull_transforms,
+                "jaw_transforms": identity if self.jaw_transforms is None else self.jaw_transforms,
+                "penetration_depth_max": (np.zeros(frames) if self.penetration_depth_max is None
+                                          else self.penetration_depth_max),
+                "contacts": np.zeros(frames, np.int64) if self.contacts is None else self.contacts}
 
 
 def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float) -> MaterialOverrides:
@@ -50,21 +64,26 @@ def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float) -> M
 def animate(model, activations: ActivationInput, result_path, settings: SimulationSettings,
             maps: Optional[MapsInput] = None, fat_scale: float = 1.0,
             progress: Callable[[dict], None] = lambda event: None,
-            skin_detail: Optional[np.ndarray] = None) -> AnimationResult:
+            skin_detail: Optional[np.ndarray] = None, collisions=None) -> AnimationResult:
     """Run every frame; `skin_detail` (T, V, 3), when given, is added to the simulated skin
-    (the shape-key detail the tet mesh cannot carry, inverse/blend.py)."""
+    (the shape-key detail the tet mesh cannot carry, inverse/blend.py); `collisions`, when
+    given, is the collision scene the skin is kept out of (simulator.FaceSimulator)."""
     result_path = Path(result_path)
-    simulator = FaceSimulator(model, settings, overrides_from_maps(model, maps, fat_scale))
+    simulator = FaceSimulator(model, settings, overrides_from_maps(model, maps, fat_scale), collisions=collisions)
     frames = activations.frame_count
     skin_count = len(model["skin_vertices"])
     skin = np.empty((frames, skin_count, 3))
     converged = np.zeros(frames, dtype=bool)
     iterations = np.zeros(frames, dtype=np.int64)
     seconds = np.zeros(frames)
+    skull_transforms, jaw_transforms = np.zeros((frames, 4, 4)), np.zeros((frames, 4, 4))
+    depth, contacts = np.zeros(frames), np.zeros(frames, dtype=np.int64)
     with Pc2Writer(result_path.with_suffix(".pc2"), skin_count, start_frame=1.0) as cache:
         for frame in range(frames):
             step = simulator.step(activations.tet_activations(model, frame), activations.jaw[frame],
-                                  activations.head_transforms[frame])
+                                  activations.head_transforms[frame], frame=frame)
+            skull_transforms[frame], jaw_transforms[frame] = step.skull_transform, step.jaw_transform
+            depth[frame], contacts[frame] = step.penetration_depth_max, step.contacts
             skin[frame] = simulator.skin_positions()
             if skin_detail is not None:
                 skin[frame] += skin_detail[frame]
@@ -72,8 +91,12 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
             cache.append(skin[frame])
             progress({"frame": frame + 1, "frames": frames, "converged": bool(step.converged),
                       "newton_iterations": int(step.iterations), "seconds": round(step.seconds, 3),
+                      **({} if collisions is None else {"penetration_depth_max_mm": round(1e3 * step.penetration_depth_max, 4),
+                                                        "contacts": int(step.contacts),
+                                                        "collision_rounds": int(step.collision_rounds)}),
                       **({} if step.converged else {"reason": step.reason})})
     result = AnimationResult(skin_positions=skin, converged=converged, newton_iterations=iterations,
-                             frame_seconds=seconds, fps=float(activations.fps))
+                             frame_seconds=seconds, fps=float(activations.fps), skull_transforms=skull_transforms,
+                             jaw_transforms=jaw_transforms, penetration_depth_max=depth, contacts=contacts)
     write_npz_atomically(result_path, result.arrays())
     return result

@@ -16,6 +16,8 @@ from typing import Callable, Protocol
 import numpy as np
 import scipy.sparse
 
+from ..collisions.contacts import ContactPlanes
+from .contact import AugmentedLagrangianContact, SkinEmbedding
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .simple_energies import GravityEnergy, InertiaEnergy
 
@@ -119,6 +121,30 @@ def _inertia(rest_positions, tets, rng) -> RegisteredEnergy:
                             rigid_motion_invariant=False, rest_is_equilibrium=False)
 
 
+def _augmented_lagrangian_contact(rest_positions, tets, rng) -> RegisteredEnergy:
+    """Tangent planes on skin vertices embedded in random tets (weights partly outside [0, 1],
+    as on a coarse mesh). Half the planes carry a multiplier so large (λ/κ far beyond any gap
+    the test configurations reach) that they push everywhere; the other half have λ = 0 and
+    push only where their vertex is behind the plane — a random mix of active and inactive."""
+    count = 2 * len(tets) + 4
+    node_count = len(rest_positions)
+    vertex_tet = rng.integers(0, len(tets), count)
+    weights = rng.dirichlet(np.ones(4), count) + rng.uniform(-0.3, 0.3, (count, 4))
+    weights /= weights.sum(axis=1, keepdims=True)
+    embedding = SkinEmbedding(vertex_tet=vertex_tet, nodes=np.asarray(tets)[vertex_tet], weights=weights,
+                              node_count=node_count)
+    size = np.ptp(rest_positions, axis=0).max()
+    normals = rng.standard_normal((count, 3))
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    planes = ContactPlanes(vertex=np.arange(count), point=rng.uniform(-1.0, 1.0, (count, 3)) * size, normal=normals,
+                           depth=np.zeros(count), collider=np.zeros(count, np.int64))
+    stiffness = rng.uniform(0.5, 2.0, count) * 1e3             # N/m
+    pushing_everywhere = np.arange(count) % 2 == 0
+    multipliers = np.where(pushing_everywhere, 100.0 * size * stiffness, 0.0)
+    return RegisteredEnergy(AugmentedLagrangianContact(embedding, planes, multipliers, stiffness),
+                            rigid_motion_invariant=False, rest_is_equilibrium=False)
+
+
 EnergyFactory = Callable[[np.ndarray, np.ndarray, np.random.Generator], RegisteredEnergy]
 
 REGISTERED_ENERGIES: dict[str, EnergyFactory] = {
@@ -127,4 +153,5 @@ REGISTERED_ENERGIES: dict[str, EnergyFactory] = {
     "corotated_plastic": _corotated_plastic,
     "gravity": _gravity,
     "inertia": _inertia,
+    "augmented_lagrangian_contact": _augmented_lagrangian_contact,
 }

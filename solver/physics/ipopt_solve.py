@@ -3,8 +3,14 @@ inequality constraints A q ≥ b.
 
 This is paper 000 §4's path for collision response: for every offending surface vertex the
 collision pass (issue 5) supplies a tangent plane (a point on the surface and its normal) and
-the vertex must stay on the allowed side, n · (x_node − p) ≥ 0. Through x = P q + c that is
-linear in q: (nᵀ P_node) q ≥ nᵀ (p − c_node).
+the vertex must stay on the allowed side. Through x = P q + c each plane is one linear row in q:
+
+* on a node (``tangent_plane_inequalities``): n · (x_node − p) ≥ 0 ⇔ (nᵀ P_node) q ≥ nᵀ (p − c_node);
+* on an embedded skin vertex x_v = Σ_k w_k x_k (``skin_plane_inequalities``, what collision
+  detection hands over): (Σ_k w_k nᵀ P_k) q ≥ nᵀ (p − Σ_k w_k c_k) — the weights times the
+  basis rows of P of the four nodes of the vertex's tet.
+
+contact.ContactResponse.solve_ipopt alternates this solve with detection (docs/collisions.md).
 
 IPOPT gets the exact reduced Hessian Pᵀ H P (lower triangle, on the fixed pattern of
 ``BoneConstraints.reduce_hessian``); the constraints are linear, so they add nothing to the
@@ -35,6 +41,7 @@ class LinearInequalities:
     matrix: sp.csr_matrix           # (k, n)
     lower: np.ndarray               # (k,)
     skipped_pinned_nodes: np.ndarray  # nodes whose planes were dropped: a pinned node has no unknowns to move
+    kept: np.ndarray | None = None    # (k,) index of each row's plane in the caller's list
 
     @property
     def count(self) -> int:
@@ -63,7 +70,32 @@ def tangent_plane_inequalities(constraints: BoneConstraints,
     matrix = (weights @ constraints.P).tocsr()
     anchors = constraints.c.reshape(-1, 3)[nodes]
     lower = np.einsum("ki,ki->k", normals, points - anchors)
-    return LinearInequalities(matrix=matrix, lower=lower, skipped_pinned_nodes=skipped)
+    return LinearInequalities(matrix=matrix, lower=lower, skipped_pinned_nodes=skipped, kept=np.flatnonzero(movable))
+
+
+def skin_plane_inequalities(constraints: BoneConstraints, embedding, planes) -> LinearInequalities:
+    """Map contact planes n · (x_v − p) ≥ 0 on embedded skin vertices (a collisions
+    ContactPlanes; embedding a contact.SkinEmbedding) through the current frame's x = P q + c.
+
+    A plane whose vertex lies in a tet of four pinned nodes is dropped (its tet's nodes go in
+    ``skipped_pinned_nodes``): no choice of q moves that vertex."""
+    vertices = np.asarray(planes.vertex, dtype=np.int64)
+    nodes, weights = embedding.nodes[vertices], embedding.weights[vertices]             # (C,4)
+    movable = (constraints.dofs_per_node[nodes] > 0).any(axis=1) if len(vertices) else np.zeros(0, bool)
+    kept = np.flatnonzero(movable)
+    nodes, weights = nodes[kept], weights[kept]
+    normals = np.asarray(planes.normal, dtype=float)[kept]
+    points = np.asarray(planes.point, dtype=float)[kept]
+    # Row c: Σ_k w_ck n_cᵀ (rows 3 node_ck … 3 node_ck + 2 of P).
+    columns = (3 * nodes[:, :, None] + np.arange(3)).reshape(len(kept), -1)             # (C,12)
+    values = (weights[:, :, None] * normals[:, None, :]).reshape(len(kept), -1)
+    rows = np.repeat(np.arange(len(kept)), 12)
+    selector = sp.csr_matrix((values.ravel(), (rows, columns.ravel())), shape=(len(kept), 3 * constraints.node_count))
+    matrix = (selector @ constraints.P).tocsr()
+    anchors = np.einsum("ck,ckd->cd", weights, constraints.c.reshape(-1, 3)[nodes])
+    lower = np.einsum("cd,cd->c", normals, points - anchors)
+    skipped = np.unique(embedding.nodes[vertices[~movable]]) if len(vertices) else np.zeros(0, np.int64)
+    return LinearInequalities(matrix=matrix, lower=lower, skipped_pinned_nodes=skipped, kept=kept)
 
 
 @dataclass
@@ -162,6 +194,9 @@ def solve_with_ipopt(objective: Objective, constraints: BoneConstraints, x0: np.
                 "mu_strategy": "adaptive"}
     settings.update(options or {})
     for name, value in settings.items():
+        # cyipopt accepts only Python str, int and float (not numpy scalars).
+        if isinstance(value, (np.floating, np.integer)):
+            value = value.item()
         problem.add_option(name, value)
     q, info = problem.solve(q0)
 

@@ -11,6 +11,12 @@ with Newton on CHOLMOD (newton.py). Writing a constant external force as the pot
 −f·x is the same as Phace's x̂ + h²M⁻¹f_ext shift of the inertia target, and also works
 quasi-statically. Plasticity (fat) scales each tet's rest shape; stiffness and density maps
 scale μ, λ and the lumped masses; paralysis pulls activations toward the identity.
+
+Collisions (issue 5, contact.py, docs/collisions.md): given a collision scene, each time step
+alternates the solve with detection. Skin vertices found inside a collider get tangent planes
+n · (x_v − p) ≥ 0, enforced by an augmented Lagrangian term added to E (Newton path, default)
+or as linear inequalities for IPOPT (``contact_solver="ipopt"``), until nothing penetrates by
+more than ``contact_tolerance``. A step with no contact is solved exactly as without a scene.
 """
 from __future__ import annotations
 
@@ -22,10 +28,13 @@ from typing import Optional, Sequence
 import numpy as np
 import scipy.linalg
 
+from ..collisions.contacts import BonePose
 from ..geometry import triangle_normals_areas
 from .activation import apply_paralysis
 from .bones import bone_transforms
 from .constraints import BoneConstraints
+from .contact import (CONTACT_STIFFNESS_FACTOR, DEFAULT_CONTACT_MARGIN, DEFAULT_CONTACT_TOLERANCE,
+                      DEFAULT_MAX_CONTACT_ROUNDS, ContactResponse, SkinEmbedding)
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .newton import NewtonSolver
 
@@ -35,6 +44,7 @@ WIND_DRAG_COEFFICIENT = 1.0
 # Convergence is judged on the reduced force residual relative to the forces that drive the
 # frame; this floor (N) keeps "no force at all" frames from demanding a zero residual.
 MIN_FORCE_SCALE = 1e-6
+CONTACT_SOLVERS = ("newton", "ipopt")
 
 
 @dataclass
@@ -49,6 +59,20 @@ class SimulationSettings:
     wind: Optional[Sequence[float]] = None   # wind velocity (m/s, world axes)
     tolerance: float = 1e-4             # force residual relative to the driving forces
     max_iterations: int = 50
+    # Collisions (used only when the simulator is given a collision scene):
+    contact_solver: str = "newton"      # "newton": augmented Lagrangian; "ipopt": linear inequalities
+    contact_tolerance: float = DEFAULT_CONTACT_TOLERANCE     # m, largest penetration / plane violation
+    max_contact_rounds: int = DEFAULT_MAX_CONTACT_ROUNDS     # solve → detect rounds per time step
+    contact_stiffness_factor: float = CONTACT_STIFFNESS_FACTOR   # AL κ over the local tissue stiffness
+    contact_margin: float = DEFAULT_CONTACT_MARGIN    # m, predictive planes for vertices this near (0: off)
+
+    def __post_init__(self):
+        if self.contact_solver not in CONTACT_SOLVERS:
+            raise ValueError(f"contact_solver must be one of {', '.join(CONTACT_SOLVERS)}, got {self.contact_solver!r}")
+        if not (self.contact_tolerance > 0.0 and self.max_contact_rounds >= 1 and self.contact_stiffness_factor > 0.0
+                and self.contact_margin >= 0.0):
+            raise ValueError("contact_tolerance and contact_stiffness_factor must be positive, max_contact_rounds ≥ 1, "
+                             "and contact_margin ≥ 0")
 
 
 @dataclass
@@ -60,6 +84,12 @@ class FrameResult:
     reason: str = ""
     factorisations: int = 0             # Cholesky factorisations over the frame's substeps
     krylov_iterations: int = 0          # preconditioned CG iterations that stood in for them
+    penetration_depth_max: float = 0.0  # m, deepest skin vertex inside a collider at the end (0: no scene)
+    contacts: int = 0                   # contact planes pushing at the end of the frame
+    collision_rounds: int = 0           # solve → detect rounds over the frame's substeps
+    anchored_vertices: int = 0          # penetrating skin vertices no plane can push (contact.MIN_CONTACT_DRIVE)
+    skull_transform: np.ndarray = field(default_factory=lambda: np.eye(4))   # bones' world transforms
+    jaw_transform: np.ndarray = field(default_factory=lambda: np.eye(4))     # from rest, this frame
 
 
 @dataclass
@@ -91,6 +121,8 @@ class _FrameObjective:
         self.constant_force = np.zeros(3 * elasticity.node_count)   # gravity + wind
         self.inertia_target: Optional[np.ndarray] = None
         self.time_step = 0.0
+        # The augmented-Lagrangian contact term of the current collision round (contact.py).
+        self.contact = None
         # The exact Hessian: Newton then converges quadratically (7 iterations for gravity on the
         # 30k-tet demo head, against 50+ with per-element PSD projection, which stalls into
         # linear convergence near equilibrium); where it is indefinite CHOLMOD refuses it and
@@ -106,6 +138,8 @@ class _FrameObjective:
         if weight is not None:
             offset = x - self.inertia_target
             value += 0.5 * offset @ (weight * offset)
+        if self.contact is not None:
+            value += self.contact.energy(x)
         return value
 
     def gradient(self, x):
@@ -113,6 +147,8 @@ class _FrameObjective:
         weight = self._inertia_weight()
         if weight is not None:
             gradient += weight * (x - self.inertia_target)
+        if self.contact is not None:
+            gradient += self.contact.gradient(x)
         return gradient
 
     def hessian(self, x):
@@ -120,14 +156,21 @@ class _FrameObjective:
         weight = self._inertia_weight()
         if weight is not None:
             hessian.data[self.elasticity.diagonal_entry_positions] += weight
+        if self.contact is not None:
+            # On the elasticity's own pattern: the reduced pattern, and CHOLMOD's analysis, hold.
+            self.contact.add_hessian_into(hessian.data, x)
         return hessian
 
 
 class FaceSimulator:
-    """Runs frames of one model with fixed maps and settings; keeps the state between frames."""
+    """Runs frames of one model with fixed maps and settings; keeps the state between frames.
+
+    ``collisions`` (optional): the collision scene, anything with ``detect(skin_positions,
+    pose) -> ContactPlanes`` and ``measure(skin_positions, pose) -> (max_depth, count)``
+    (solver.collisions.scene.CollisionScene, or contact.ColliderSet of SDF colliders)."""
 
     def __init__(self, model: dict, settings: SimulationSettings | None = None,
-                 overrides: MaterialOverrides | None = None):
+                 overrides: MaterialOverrides | None = None, collisions=None):
         self.model = model
         self.settings = settings or SimulationSettings()
         self.overrides = overrides or MaterialOverrides()
@@ -157,6 +200,23 @@ class FaceSimulator:
         # frame's substeps start from.
         self._previous_head = np.eye(4)
         self._previous_jaw = np.zeros(5)
+        self.frame_index = 0            # the frame the next step() solves (colliders move per frame)
+        self.collisions = collisions
+        self.contact_response = None
+        if collisions is not None:
+            self.contact_response = ContactResponse(
+                collisions, SkinEmbedding.from_model(model), self._node_stiffness(),
+                self.constraints.dofs_per_node > 0, tolerance=s.contact_tolerance,
+                max_rounds=s.max_contact_rounds, stiffness_factor=s.contact_stiffness_factor,
+                hessian_layout=self.elasticity, margin=s.contact_margin)
+
+    def _node_stiffness(self) -> np.ndarray:
+        """(N,) each node's local stiffness (N/m): the mean diagonal of its 3×3 block of the
+        rest elasticity Hessian (neutral activation, this simulator's maps). The contact
+        penalty is scaled from it, so it follows the tissue's μ, λ and tet size."""
+        rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
+        hessian = self.elasticity.hessian(rest, self.neutral_material, project=True)
+        return hessian.data[self.elasticity.diagonal_entry_positions].reshape(-1, 3).mean(axis=1)
 
     # ------------------------------------------------------------------ skin and forces
 
@@ -196,8 +256,11 @@ class FaceSimulator:
                                          paralysis_per_tet=o.paralysis)
         return dataclasses.replace(self.neutral_material, activation=activation)
 
-    def step(self, activation: np.ndarray, jaw=np.zeros(5), head_transform=np.eye(4)) -> FrameResult:
+    def step(self, activation: np.ndarray, jaw=np.zeros(5), head_transform=np.eye(4),
+             frame: Optional[int] = None) -> FrameResult:
         """Advance one frame (1/fps s, in `substeps` backward-Euler steps when dynamic).
+        `frame` is the animation frame index the colliders are placed at (default: one more
+        than the last step's, from 0).
 
         Across the substeps the bones move steadily from the previous frame's pose to this
         one's (the head transform along the screw motion between the two, the jaw parameters
@@ -210,27 +273,36 @@ class FaceSimulator:
         # The activation's pull at rest is the same for every substep of the frame.
         rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
         self._activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(initial=0.0)
+        frame_index = self.frame_index if frame is None else int(frame)
         steps = self.settings.substeps if self.settings.dynamic else 1
         iterations, factorisations, krylov_iterations, converged, reasons = 0, 0, 0, True, []
+        rounds, contacts, depth, anchored = 0, 0, 0.0, 0
         for substep in range(1, steps + 1):
             fraction = substep / steps
             substep_head = head if substep == steps else _interpolate_rigid(self._previous_head, head, fraction)
             substep_jaw = jaw if substep == steps else (1.0 - fraction) * self._previous_jaw + fraction * jaw
             skull, jaw_transform = bone_transforms(substep_head, self.model["jaw_frame"], substep_jaw)
-            result = self._solve_step(skull, jaw_transform)
+            result = self._solve_step(skull, jaw_transform, BonePose(skull, jaw_transform, frame_index))
             iterations += result.iterations
             factorisations += result.factorisations
             krylov_iterations += result.krylov_iterations
             converged &= result.converged
             if not result.converged:
                 reasons.append(result.reason)
+            rounds += getattr(result, "rounds", 0)
+            # Anchored vertices count: the figure is the deepest skin vertex, pushable or not.
+            contacts = getattr(result, "contacts", 0)
+            depth = max(getattr(result, "penetration_depth_max", 0.0), getattr(result, "anchored_depth_max", 0.0))
+            anchored = getattr(result, "anchored_vertices", 0)
         self._previous_head, self._previous_jaw = head.copy(), jaw.copy()
+        self.frame_index = frame_index + 1
         return FrameResult(positions=self.positions.reshape(-1, 3).copy(), converged=bool(converged),
                            iterations=iterations, seconds=time.perf_counter() - started,
                            reason="; ".join(reasons), factorisations=factorisations,
-                           krylov_iterations=krylov_iterations)
+                           krylov_iterations=krylov_iterations, penetration_depth_max=depth, contacts=contacts,
+                           collision_rounds=rounds, anchored_vertices=anchored, skull_transform=skull, jaw_transform=jaw_transform)
 
-    def _solve_step(self, skull, jaw_transform):
+    def _solve_step(self, skull, jaw_transform, pose: BonePose):
         objective = self.objective
         objective.constant_force = self.gravity_force + self.wind_force()
         previous = self.positions.copy()
@@ -240,12 +312,30 @@ class FaceSimulator:
         else:
             objective.inertia_target = None
         force_scale = self._force_scale(previous, skull, jaw_transform)
-        result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
-                                   force_scale=force_scale)
+        if self.contact_response is None:
+            result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
+                                       force_scale=force_scale)
+        else:
+            result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale)
         self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
         if self.settings.dynamic:
             self.velocity = (self.positions - previous) / objective.time_step
         return result
+
+    def _solve_with_contacts(self, previous, skull, jaw_transform, pose, force_scale):
+        """One time step alternating solve and detection (contact.ContactResponse); detection
+        starts from the previous positions moved onto this step's bone constraints."""
+        def newton(x0, scale):
+            return self.solver.solve(x0, skull_transform=skull, jaw_transform=jaw_transform, force_scale=scale)
+
+        constraints = self.constraints
+        constraints.use_frame(skull, jaw_transform)
+        moved = constraints.x_from_q(constraints.q_from_x(previous))
+        if self.settings.contact_solver == "ipopt":
+            return self.contact_response.solve_ipopt(self.objective, constraints, newton, previous, pose, force_scale,
+                                                     tolerance=self.settings.tolerance, detect_at=moved)
+        return self.contact_response.solve_newton(self.objective, newton, previous, pose, force_scale,
+                                                  detect_at=moved)
 
     def _force_scale(self, start, skull, jaw_transform):
         """The forces that drive the frame: activation pull at rest, gravity and wind, and the

@@ -1,0 +1,107 @@
+"""Everything the skin can collide with in one model, detected in one call.
+
+``CollisionScene`` owns the teeth proxies, the two lips and any external colliders (mesh
+props from ``mesh_collider``, analytic shapes from ``sdf``), in that order; a contact's
+``collider`` indexes ``names``.
+
+Rest allowance: a face rig's neutral pose is not collision-free. The padded teeth proxies
+reach into the gum lining and often into the inner lips, and the lips may touch or overlap
+by a hair. Pushing those vertices out would change the neutral face, so for the model's own
+colliders (teeth and lips) each skin vertex may stay as deep as it was in the rest pose
+(skin at rest, bones at identity): its plane is moved inwards by that rest depth and a
+contact is reported only beyond it (REST_TOLERANCE). The neutral face therefore has no
+contacts, and a vertex never gets deeper than at rest. External props get no allowance.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .contacts import BonePose, Collider, ContactPlanes
+from .lips import LipSurfaces, lip_colliders
+from .teeth import DEFAULT_PAD, DEFAULT_SPACING, TeethCollider, teeth_proxies
+
+# Contacts are reported only this far (metres) beyond a vertex's rest depth.
+REST_TOLERANCE = 1e-5
+
+
+@dataclass
+class CollisionMeasure:
+    """How badly the skin penetrates the scene (after the rest allowance)."""
+    max_depth_m: float
+    penetrating_vertices: int
+    per_collider: dict = field(default_factory=dict)   # name -> number of penetrating vertices
+
+    def as_dict(self) -> dict:
+        return {"max_depth_mm": round(self.max_depth_m * 1e3, 4), "penetrating_vertices": self.penetrating_vertices,
+                "per_collider": dict(self.per_collider)}
+
+
+class CollisionScene:
+    """Teeth proxies, lips and external colliders of one model (see the module docstring).
+
+    ``lip_vertices`` = (upper, lower) skin vertex indices overrides the automatic lip finder
+    (e.g. the Blender vertex groups FP_lip_upper / FP_lip_lower).
+    """
+
+    def __init__(self, model: dict, teeth: bool = True, lips: bool = True, colliders: Sequence[Collider] = (),
+                 lip_vertices: Optional[tuple] = None, rest_allowance: bool = True,
+                 teeth_pad: float = DEFAULT_PAD, teeth_spacing: float = DEFAULT_SPACING):
+        self.skin_rest = np.ascontiguousarray(model["skin_vertices"], dtype=np.float64)
+        self.teeth: list[TeethCollider] = []
+        self.lips: Optional[LipSurfaces] = None
+        own: list = []
+        if teeth:
+            self.teeth = [TeethCollider(proxy) for proxy in teeth_proxies(model, teeth_pad, teeth_spacing)]
+            own += self.teeth
+        if lips:
+            lip_list, self.lips = lip_colliders(model, lip_vertices)
+            own += lip_list
+        self.colliders = own + list(colliders)
+        self.names = [collider.name for collider in self.colliders]
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"collider names must be unique, got {self.names}")
+        self._own_count = len(own)
+        self.allowance = [np.zeros(len(self.skin_rest)) for _ in own]
+        if rest_allowance and own:
+            rest_pose = BonePose(skull=np.eye(4), jaw=np.eye(4), frame=0)
+            for index, collider in enumerate(own):
+                found = collider.detect(self.skin_rest, rest_pose, index)
+                np.maximum.at(self.allowance[index], found.vertex, found.depth)
+
+    def detect(self, skin_positions: np.ndarray, pose: BonePose) -> ContactPlanes:
+        """Tangent planes for every skin vertex penetrating any collider (all in world metres)."""
+        skin_positions = np.ascontiguousarray(skin_positions, dtype=np.float64)
+        if skin_positions.shape != self.skin_rest.shape:
+            raise ValueError(f"skin_positions must have shape {self.skin_rest.shape}, got {skin_positions.shape}")
+        parts = []
+        for index, collider in enumerate(self.colliders):
+            found = collider.detect(skin_positions, pose, index)
+            if index < self._own_count and found.count:
+                found = _beyond_rest(found, self.allowance[index][found.vertex])
+            parts.append(found)
+        return ContactPlanes.concatenate(parts)
+
+    def measure(self, skin_positions: np.ndarray, pose: BonePose) -> CollisionMeasure:
+        """Deepest penetration (m), penetrating skin vertices, and their count per collider."""
+        contacts = self.detect(skin_positions, pose)
+        per_collider = {name: int(len(np.unique(contacts.vertex[contacts.collider == index])))
+                        for index, name in enumerate(self.names)}
+        return CollisionMeasure(max_depth_m=float(contacts.depth.max()) if contacts.count else 0.0,
+                                penetrating_vertices=int(len(np.unique(contacts.vertex))),
+                                per_collider=per_collider)
+
+    def posed_proxies(self, pose: BonePose) -> dict:
+        """{name: (vertices (n,3), triangles (t,3))} of the teeth proxies in the pose's world frame."""
+        return {collider.name: collider.posed(pose) for collider in self.teeth}
+
+
+def _beyond_rest(found: ContactPlanes, allowance: np.ndarray) -> ContactPlanes:
+    """Keep contacts deeper than their rest depth, with the planes moved in by that depth."""
+    keep = found.depth > allowance + REST_TOLERANCE
+    allowance = allowance[keep]
+    normal = found.normal[keep]
+    return ContactPlanes(vertex=found.vertex[keep], point=found.point[keep] - allowance[:, None] * normal,
+                         normal=normal, depth=found.depth[keep] - allowance, collider=found.collider[keep])

@@ -1,0 +1,500 @@
+"""Contact response: keeping skin vertices on the allowed side of the tangent planes that
+collision detection hands over (paper 000 §4 Eq. 3, "Quasi-static solution"; docs/collisions.md).
+
+Detection (solver/collisions) gives, per offending skin vertex v, a plane point p, a unit
+normal n and a depth; the constraint is
+
+    g_c(x) = n · (x_v − p) ≥ 0,     x_v = Σ_k w_vk x_{tet_v,k},
+
+linear in the node positions and touching only the four nodes of the tet that carries v.
+Paper 000 alternates a solve with the planes fixed and a new detection on the result; its
+first solver was a "homebrew augmented Lagrangian", its final one IPOPT. Both are here:
+
+Newton path (default) — augmented Lagrangian on the tangent planes. Each round minimises
+
+    E(x) + Σ_c (κ_c/2) · max(0, λ_c/κ_c − g_c(x))²
+
+with the frame's Newton solver, then updates λ_c ← max(0, λ_c − κ_c g_c). Why AL and not
+the alternatives, for this solver:
+  * The term lives in the 12×12 block of the carrying tet, which the elasticity Hessian
+    already holds, so the reduced Hessian keeps its pattern and CHOLMOD's one symbolic
+    analysis (and the kept factor used as a CG preconditioner) serve every round and frame:
+    newton.py runs unchanged. An active-set method that adds the constraint rows to a KKT
+    system (or eliminates them from q) changes the pattern whenever the active set does and
+    needs a new analysis and factorisation each time.
+  * A barrier (IPC-style log barrier) needs a strictly feasible start; detection hands over
+    vertices that are already inside, so each frame would first need a separate
+    feasibility-restoring pass, and the barrier's curvature blows up near contact (stiff,
+    many line-search halvings) — the price of guaranteeing no penetration ever, which a
+    per-frame tolerance of hundredths of a millimetre does not need.
+  * A plain penalty is either soft (visible penetration) or, to reach 0.02 mm, so stiff it
+    ruins the conditioning. AL reaches the tolerance with a moderate κ: the multiplier
+    carries the contact force, and the penalty only has to correct what is left, so the
+    violation shrinks by about k/(k + κ) per round (k the tissue's local stiffness).
+  κ_c = CONTACT_STIFFNESS_FACTOR × the local stiffness of the vertex (the rest elasticity
+  Hessian diagonal of its tet's nodes, weighted by the embedding): well above the tissue, so
+  a round or two suffice, and a few hundred times the diagonal at most, harmless to a
+  direct Cholesky.
+
+IPOPT path — the planes become linear inequality rows on the reduced unknowns (weights ×
+basis rows of P, ipopt_solve.skin_plane_inequalities), solved exactly by the interior point
+method, alternating with detection the same way. Slower per round, but no penalty parameter.
+
+Outer loop (both paths), per time step: detect at the start (bones and colliders moved) →
+solve → update multipliers → detect again. A plane is replaced when its vertex is found again
+(same collider), kept while the vertex is still in contact (λ > 0, or for IPOPT a gap within
+the tolerance), and dropped once the vertex has separated with λ = 0. The step is done when
+the largest plane violation, the largest AL complementarity slack |min(g, λ/κ)| and the
+largest penetration found by detection are all ≤ the contact tolerance (default 0.02 mm), or
+it stops after ``max_contact_rounds`` and reports itself unconverged. Multipliers carry over
+to the next step for vertices detected again (warm start: a held contact needs one round).
+
+The energy comes in the three tiers of the other energies (docs/physics.md):
+``contact_element_energies`` / ``_gradients`` / ``_hessians`` per contact;
+``AugmentedLagrangianContact`` on the whole mesh with ``energy(x)``, ``gradient(x)``,
+``hessian(x, project=True)`` (already PSD; ``project`` changes nothing); and the convenience
+call ``contact_energy``. Units: metres, newtons; κ in N/m, λ in N.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import scipy.sparse
+
+from ..collisions.contacts import BonePose, Collider, ContactPlanes
+
+CONTACT_STIFFNESS_FACTOR = 100.0    # κ relative to the vertex's local tissue stiffness
+DEFAULT_CONTACT_TOLERANCE = 2e-5    # m: largest violation / penetration accepted (0.02 mm)
+DEFAULT_MAX_CONTACT_ROUNDS = 20
+PENALTY_GROWTH_TRIGGER = 0.25       # a round must cut a plane's violation at least 4× …
+PENALTY_GROWTH = 10.0               # … or that plane's κ grows tenfold,
+MAX_PENALTY_BOOST = 100.0            # up to this factor over its starting value (more bends coarse tets inside out)
+# Predictive detection: skin vertices within this distance outside a collider also get a plane
+# (inactive, λ = 0, while they stay outside), so vertices a round pushes or pulls towards the
+# collider are held in the same Newton solve instead of being found by the next detection.
+DEFAULT_CONTACT_MARGIN = 1e-3       # m
+# A vertex follows a common motion of its tet's movable nodes by the fraction Σ_{k movable} w_k
+# (its "drive"); pushing it out by d moves those nodes by d / drive. Below this drive (nodes
+# moved ≥ 4× the depth, or against the push when the drive is negative) the push can only be
+# had by crushing the tet: such planes are not applied, and the vertices are reported.
+MIN_CONTACT_DRIVE = 0.25
+_KEY_STRIDE = 1 << 20               # (vertex, collider) → one int64 key; far more colliders than any scene
+
+
+# ----------------------------------------------------------------------------- tier 1: per contact
+
+def contact_gaps(node_positions, weights, point, normal) -> np.ndarray:
+    """g_c = n · (Σ_k w_k x_k − p) (C,) for node positions (C,4,3) of each contact's tet."""
+    vertex = np.einsum("ck,ckd->cd", weights, node_positions)
+    return np.einsum("cd,cd->c", normal, vertex - point)
+
+
+def _push(node_positions, weights, point, normal, multiplier, stiffness):
+    """max(0, λ − κ g): the contact force magnitude each plane exerts (N)."""
+    return np.maximum(0.0, multiplier - stiffness * contact_gaps(node_positions, weights, point, normal))
+
+
+def contact_element_energies(node_positions, weights, point, normal, multiplier, stiffness) -> np.ndarray:
+    """(κ/2) max(0, λ/κ − g)² = max(0, λ − κ g)² / (2κ) per contact (C,), joules."""
+    push = _push(node_positions, weights, point, normal, multiplier, stiffness)
+    return push ** 2 / (2.0 * stiffness)
+
+
+def contact_element_gradients(node_positions, weights, point, normal, multiplier, stiffness) -> np.ndarray:
+    """∂E_c/∂x of the contact's four nodes (C,4,3): −max(0, λ − κ g) w_k n."""
+    push = _push(node_positions, weights, point, normal, multiplier, stiffness)
+    return -(push[:, None, None] * weights[:, :, None] * normal[:, None, :])
+
+
+def contact_element_hessians(node_positions, weights, point, normal, multiplier, stiffness) -> np.ndarray:
+    """∂²E_c/∂x² (C,12,12), local order 3k + d: κ (w ⊗ n)(w ⊗ n)ᵀ where the term is active
+    (λ − κ g > 0), else 0. Rank one and positive semi-definite, so nothing to project; at the
+    kink itself (λ = κ g) the inactive side is taken."""
+    push = _push(node_positions, weights, point, normal, multiplier, stiffness)
+    direction = (weights[:, :, None] * normal[:, None, :]).reshape(-1, 12)
+    scale = np.where(push > 0.0, stiffness, 0.0)
+    return scale[:, None, None] * direction[:, :, None] * direction[:, None, :]
+
+
+# ----------------------------------------------------------------------------- tier 2: whole mesh
+
+@dataclass(frozen=True)
+class SkinEmbedding:
+    """Where each skin vertex sits: its tet (V,), that tet's nodes (V,4) and the barycentric
+    weights (V,4), on a mesh of node_count nodes."""
+    vertex_tet: np.ndarray
+    nodes: np.ndarray
+    weights: np.ndarray
+    node_count: int
+
+    @staticmethod
+    def from_model(model: dict) -> "SkinEmbedding":
+        vertex_tet = np.asarray(model["skin_embedding_tet"], dtype=np.int64)
+        return SkinEmbedding(vertex_tet=vertex_tet, nodes=np.asarray(model["tets"], dtype=np.int64)[vertex_tet],
+                             weights=np.asarray(model["skin_embedding_weights"], dtype=np.float64),
+                             node_count=len(model["rest_positions"]))
+
+    def skin_positions(self, x) -> np.ndarray:
+        nodes = np.asarray(x, dtype=np.float64).reshape(-1, 3)
+        return np.einsum("vk,vkd->vd", self.weights, nodes[self.nodes])
+
+
+class AugmentedLagrangianContact:
+    """Σ_c (κ_c/2) max(0, λ_c/κ_c − g_c(x))² over fixed tangent planes, in the energies'
+    common API on node positions x ((N,3) or (3N,)).
+
+    ``hessian_layout`` (optional): the CorotatedElasticity of the same tets; the Hessian is
+    then returned on its pattern (``hessian_indptr``/``hessian_indices``) and can be added to
+    the elasticity's in place with ``add_hessian_into``, which leaves the reduced pattern and
+    so CHOLMOD's symbolic analysis unchanged."""
+
+    def __init__(self, embedding: SkinEmbedding, planes: ContactPlanes, multipliers, stiffness,
+                 hessian_layout=None):
+        self.embedding = embedding
+        self.planes = planes
+        count = planes.count
+        self.multipliers = np.broadcast_to(np.asarray(multipliers, dtype=np.float64), (count,)).copy()
+        self.stiffness = np.broadcast_to(np.asarray(stiffness, dtype=np.float64), (count,)).copy()
+        if count and not (self.stiffness > 0.0).all():
+            raise ValueError("contact stiffness must be positive")
+        if count and (self.multipliers < 0.0).any():
+            raise ValueError("contact multipliers must be non-negative (planes only push)")
+        vertices = np.asarray(planes.vertex, dtype=np.int64)
+        self.nodes = embedding.nodes[vertices]              # (C,4)
+        self.weights = embedding.weights[vertices]          # (C,4)
+        self.layout = hessian_layout
+        self._entry_positions = (None if hessian_layout is None
+                                 else hessian_layout.element_entry_positions[embedding.vertex_tet[vertices]])
+
+    @property
+    def count(self) -> int:
+        return self.planes.count
+
+    def _arguments(self, x):
+        nodes = np.asarray(x, dtype=np.float64).reshape(-1, 3)
+        if len(nodes) != self.embedding.node_count:
+            raise ValueError(f"x: expected {self.embedding.node_count} nodes, found {len(nodes)}")
+        return (nodes[self.nodes], self.weights, self.planes.point, self.planes.normal, self.multipliers,
+                self.stiffness)
+
+    def gaps(self, x) -> np.ndarray:
+        """g_c(x) (C,), metres: > 0 on the allowed side."""
+        return contact_gaps(*self._arguments(x)[:4])
+
+    def updated_multipliers(self, x) -> np.ndarray:
+        """The AL update λ ← max(0, λ − κ g(x)) (C,): the contact forces at x, newtons."""
+        return np.maximum(0.0, self.multipliers - self.stiffness * self.gaps(x))
+
+    def energy(self, x) -> float:
+        return float(contact_element_energies(*self._arguments(x)).sum()) if self.count else 0.0
+
+    def gradient(self, x) -> np.ndarray:
+        gradient = np.zeros((self.embedding.node_count, 3))
+        if self.count:
+            np.add.at(gradient, self.nodes, contact_element_gradients(*self._arguments(x)))
+        return gradient.reshape(-1)
+
+    def add_hessian_into(self, data: np.ndarray, x) -> None:
+        """data (the CSR data of a Hessian on ``hessian_layout``'s pattern) += this term's Hessian."""
+        if self.layout is None:
+            raise ValueError("add_hessian_into needs the contact term built with a hessian_layout")
+        if self.count:
+            np.add.at(data, self._entry_positions.reshape(-1),
+                      contact_element_hessians(*self._arguments(x)).reshape(-1))
+
+    def hessian(self, x, project: bool = True) -> scipy.sparse.csr_matrix:
+        size = 3 * self.embedding.node_count
+        if self.layout is not None:
+            data = np.zeros(len(self.layout.hessian_indices))
+            self.add_hessian_into(data, x)
+            return scipy.sparse.csr_matrix((data, self.layout.hessian_indices, self.layout.hessian_indptr),
+                                           shape=(size, size))
+        blocks = contact_element_hessians(*self._arguments(x)) if self.count else np.zeros((0, 12, 12))
+        dofs = (3 * self.nodes[:, :, None] + np.arange(3)).reshape(-1, 12)
+        rows = np.broadcast_to(dofs[:, :, None], blocks.shape).reshape(-1)
+        cols = np.broadcast_to(dofs[:, None, :], blocks.shape).reshape(-1)
+        return scipy.sparse.csr_matrix((blocks.reshape(-1), (rows, cols)), shape=(size, size))
+
+
+# ----------------------------------------------------------------------------- tier 3
+
+def contact_energy(x, embedding: SkinEmbedding, planes: ContactPlanes, multipliers, stiffness):
+    """(E, gradient (3N,), Hessian 3N×3N CSR) of the augmented-Lagrangian contact term."""
+    term = AugmentedLagrangianContact(embedding, planes, multipliers, stiffness)
+    return term.energy(x), term.gradient(x), term.hessian(x)
+
+
+# ----------------------------------------------------------------------------- colliders as a scene
+
+class ColliderSet:
+    """A list of Collider objects (e.g. the SDF colliders of solver/collisions/sdf.py) in the
+    scene interface FaceSimulator takes: ``names``, ``detect(skin, pose)``, ``measure(skin, pose)``."""
+
+    def __init__(self, colliders: Sequence[Collider]):
+        self.colliders = list(colliders)
+        self.names = [collider.name for collider in self.colliders]
+
+    def detect(self, skin_positions: np.ndarray, pose: BonePose, margin: float = 0.0) -> ContactPlanes:
+        """Planes for the vertices inside a collider and, with `margin` > 0, for those less
+        than `margin` outside the colliders that support it (sdf.AnalyticCollider)."""
+        return ContactPlanes.concatenate([
+            collider.detect(skin_positions, pose, index, margin=margin) if margin > 0.0 and _takes_margin(collider)
+            else collider.detect(skin_positions, pose, index)
+            for index, collider in enumerate(self.colliders)])
+
+    def measure(self, skin_positions: np.ndarray, pose: BonePose) -> tuple[float, int]:
+        """(largest penetration depth in metres, number of penetrating skin vertices)."""
+        planes = self.detect(skin_positions, pose)
+        inside = planes.depth > 0.0
+        return float(planes.depth.max(initial=0.0)), int(len(np.unique(planes.vertex[inside])))
+
+
+def _takes_margin(detector) -> bool:
+    """Whether `detector.detect` accepts a ``margin`` keyword (predictive detection)."""
+    try:
+        return "margin" in inspect.signature(detector.detect).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# ----------------------------------------------------------------------------- the outer loop
+
+@dataclass
+class ContactOutcome:
+    """One time step's solve with contacts."""
+    x: np.ndarray                   # (3N,)
+    converged: bool
+    reason: str
+    iterations: int                 # Newton (or IPOPT) iterations over all rounds
+    factorisations: int
+    krylov_iterations: int
+    rounds: int                     # solve → detect rounds
+    contacts: int                   # planes pushing at the end (λ > 0; IPOPT: gap within tolerance)
+    penetration_depth_max: float    # m, what detection finds at the final positions
+    violation_max: float            # m, largest plane violation at the final positions
+    anchored_vertices: int = 0      # penetrating vertices left alone: too little drive (MIN_CONTACT_DRIVE)
+    anchored_depth_max: float = 0.0     # m, the deepest of them
+    history: list = field(default_factory=list)   # per round: (planes, penetration m, violation m, slack m)
+
+
+def _keys(planes: ContactPlanes) -> np.ndarray:
+    return planes.vertex.astype(np.int64) * _KEY_STRIDE + planes.collider.astype(np.int64)
+
+
+def _subset(planes: ContactPlanes, mask_or_index) -> ContactPlanes:
+    return ContactPlanes(planes.vertex[mask_or_index], planes.point[mask_or_index], planes.normal[mask_or_index],
+                         planes.depth[mask_or_index], planes.collider[mask_or_index])
+
+
+class ContactResponse:
+    """The alternation of solve and detection for one simulator (docstring above).
+
+    collisions: the scene (``detect(skin, pose)``, ``measure(skin, pose)``); embedding: the
+    model's skin embedding; node_stiffness (N,): each node's local stiffness (N/m), from which
+    κ is scaled; movable_nodes (N,) bool: nodes with unknowns (planes on vertices whose whole
+    tet is pinned are dropped: no unknown can move them)."""
+
+    def __init__(self, collisions, embedding: SkinEmbedding, node_stiffness: np.ndarray, movable_nodes: np.ndarray,
+                 *, tolerance: float = DEFAULT_CONTACT_TOLERANCE, max_rounds: int = DEFAULT_MAX_CONTACT_ROUNDS,
+                 stiffness_factor: float = CONTACT_STIFFNESS_FACTOR, hessian_layout=None,
+                 margin: float = DEFAULT_CONTACT_MARGIN, min_drive: float = MIN_CONTACT_DRIVE):
+        self.collisions = collisions
+        self.embedding = embedding
+        # The vertex's stiffness through its four nodes acting as independent springs in
+        # series with the weights as levers, 1 / Σ_k (w_k² / k_k): for a vertex on a node it
+        # is that node's; for a vertex between nodes it is softer, which keeps κ w_k² — what
+        # the penalty adds to a node's Hessian — within CONTACT_STIFFNESS_FACTOR of the node's
+        # own stiffness.
+        node_stiffness = np.asarray(node_stiffness, dtype=np.float64)
+        self.vertex_stiffness = 1.0 / np.einsum("vk,vk->v", embedding.weights ** 2, 1.0 / node_stiffness[embedding.nodes])
+        movable = np.asarray(movable_nodes, dtype=bool)[embedding.nodes]
+        self.drive = np.einsum("vk,vk->v", embedding.weights, movable.astype(np.float64))
+        self.vertex_movable = movable.any(axis=1) & (self.drive >= min_drive)
+        self.tolerance, self.max_rounds, self.stiffness_factor = tolerance, max_rounds, stiffness_factor
+        self.hessian_layout = hessian_layout
+        self.margin = float(margin) if margin and _takes_margin(collisions) else 0.0
+        self._carried_keys = np.zeros(0, np.int64)       # multipliers of the last step, for warm starts
+        self._carried_multipliers = np.zeros(0)
+        self.last_anchored = (0, 0.0)
+
+    # -------------------------------------------------------------- pieces
+
+    def detect(self, x, pose: BonePose, margin: Optional[float] = None) -> ContactPlanes:
+        """Planes on movable vertices, with the predictive margin unless `margin` = 0 is given.
+        Penetrations of anchored vertices (too little drive, see MIN_CONTACT_DRIVE) are left
+        out and recorded in ``last_anchored`` = (count, deepest m)."""
+        margin = self.margin if margin is None else margin
+        skin = self.embedding.skin_positions(x)
+        planes = (self.collisions.detect(skin, pose, margin=margin) if margin > 0.0
+                  else self.collisions.detect(skin, pose))
+        if not planes.count:
+            self.last_anchored = (0, 0.0)
+            return planes
+        usable = self.vertex_movable[planes.vertex]
+        anchored = ~usable & (planes.depth > 0.0)
+        self.last_anchored = (int(len(np.unique(planes.vertex[anchored]))), float(planes.depth[anchored].max(initial=0.0)))
+        return _subset(planes, usable)
+
+    def measure(self, x, pose: BonePose) -> tuple[float, int]:
+        return self.collisions.measure(self.embedding.skin_positions(x), pose)
+
+    def _warm_multipliers(self, planes: ContactPlanes) -> np.ndarray:
+        if not planes.count or not len(self._carried_keys):
+            return np.zeros(planes.count)
+        order = np.argsort(self._carried_keys)
+        keys = _keys(planes)
+        slot = np.clip(np.searchsorted(self._carried_keys, keys, sorter=order), 0, len(order) - 1)
+        found = self._carried_keys[order[slot]] == keys
+        return np.where(found, self._carried_multipliers[order[slot]], 0.0)
+
+    @staticmethod
+    def _merge(planes: ContactPlanes, state: np.ndarray, keep: np.ndarray,
+               detected: ContactPlanes, fresh_state: np.ndarray) -> tuple[ContactPlanes, np.ndarray]:
+        """Detected planes replace those of the same (vertex, collider) and inherit their
+        per-plane state rows (multiplier, …), else take `fresh_state`; planes not detected
+        again stay where `keep`."""
+        row_of_key = {key: row for row, key in enumerate(_keys(planes).tolist())}
+        detected_keys = _keys(detected)
+        inherited = fresh_state.copy()
+        for index, key in enumerate(detected_keys.tolist()):
+            if key in row_of_key:
+                inherited[index] = state[row_of_key[key]]
+        stays = keep & ~np.isin(_keys(planes), detected_keys)
+        merged = ContactPlanes.concatenate([detected, _subset(planes, stays)])
+        return merged, np.concatenate([inherited, state[stays]])
+
+    def _fresh_state(self, planes: ContactPlanes) -> np.ndarray:
+        """(C,3) state of newly detected planes: warm multiplier, boost 1, violation = depth."""
+        return np.column_stack([self._warm_multipliers(planes), np.ones(planes.count), planes.depth])
+
+    def _contact_force_scale(self, planes: ContactPlanes, multipliers: np.ndarray) -> float:
+        """The contact forces' magnitude: the multipliers, or the tissue's stiffness times the
+        depth to push out (what the force will be once the vertex is out)."""
+        if not planes.count:
+            return 0.0
+        pushed = self.vertex_stiffness[planes.vertex] * planes.depth
+        return float(max(pushed.max(), multipliers.max(initial=0.0)))
+
+    def _remember(self, planes: ContactPlanes, multipliers: np.ndarray):
+        pushing = multipliers > 0.0
+        self._carried_keys, self._carried_multipliers = _keys(planes)[pushing], multipliers[pushing]
+
+    def forget(self):
+        """Drop the carried multipliers (e.g. when the simulator state is reset)."""
+        self._remember(ContactPlanes.empty(), np.zeros(0))
+
+    # -------------------------------------------------------------- Newton path
+
+    def solve_newton(self, objective, solve: Callable, x_start: np.ndarray, pose: BonePose,
+                     force_scale: float, detect_at: Optional[np.ndarray] = None) -> ContactOutcome:
+        """`solve(x0, force_scale) -> NewtonResult` runs the frame's Newton solver on
+        `objective`, whose ``contact`` attribute this sets to the AL term of each round. The
+        first detection runs at `detect_at` (default x_start): the start moved onto this
+        step's bone constraints, so that teeth moved by the jaw are seen where they are."""
+        planes = self.detect(x_start if detect_at is None else detect_at, pose)
+        # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m).
+        state = self._fresh_state(planes)
+        x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(3, np.int64), []
+        converged, depth, violation, rounds, history = False, 0.0, 0.0, 0, []
+        try:
+            for rounds in range(1, self.max_rounds + 1):
+                term = None
+                if planes.count:
+                    stiffness = state[:, 1] * self.stiffness_factor * self.vertex_stiffness[planes.vertex]
+                    term = AugmentedLagrangianContact(self.embedding, planes, state[:, 0], stiffness,
+                                                      hessian_layout=self.hessian_layout)
+                objective.contact = term
+                result = solve(x, max(force_scale, self._contact_force_scale(planes, state[:, 0])))
+                x = np.asarray(result.x, dtype=np.float64)
+                totals += (result.iterations, result.factorisations, result.krylov_iterations)
+                slack = violation = 0.0
+                if term is not None:
+                    plane_violation = np.maximum(-term.gaps(x), 0.0)
+                    updated = term.updated_multipliers(x)
+                    violation = float(plane_violation.max())
+                    slack = float((np.abs(updated - state[:, 0]) / term.stiffness).max())   # |min(g, λ/κ)|
+                    # Where a round did not cut the violation by PENALTY_GROWTH_TRIGGER, the tissue
+                    # there is stiffer than κ allows for (a vertex carried by a tet with pinned
+                    # nodes, several planes on one tet): the usual AL remedy is a larger κ. It
+                    # changes Hessian values only, never the pattern.
+                    stalled = (plane_violation > self.tolerance) & (
+                        plane_violation > PENALTY_GROWTH_TRIGGER * state[:, 2])
+                    state[:, 1] = np.where(stalled, np.minimum(state[:, 1] * PENALTY_GROWTH, MAX_PENALTY_BOOST),
+                                           state[:, 1])
+                    state[:, 0], state[:, 2] = updated, plane_violation
+                detected = self.detect(x, pose)
+                depth = float(detected.depth.max(initial=0.0))
+                converged = result.converged and max(violation, slack, depth) <= self.tolerance
+                history.append((planes.count, depth, violation, slack))
+                if not result.converged:
+                    reasons.append(f"round {rounds}: {result.reason}")
+                planes, state = self._merge(planes, state, state[:, 0] > 0.0, detected, self._fresh_state(detected))
+                if converged:
+                    break
+                if not result.converged:
+                    break               # more rounds of a failing solve will not help
+        finally:
+            objective.contact = None
+        multipliers = state[:, 0]
+        self._remember(planes, multipliers)
+        if not converged and not reasons:
+            reasons.append(f"contacts unresolved after {rounds} rounds: penetration {depth * 1e3:.4f} mm, "
+                           f"plane violation {violation * 1e3:.4f} mm > tolerance {self.tolerance * 1e3:.4f} mm")
+        return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
+                              factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
+                              contacts=int((multipliers > 0.0).sum()), penetration_depth_max=depth,
+                              violation_max=violation, anchored_vertices=self.last_anchored[0],
+                              anchored_depth_max=self.last_anchored[1], history=history)
+
+    # -------------------------------------------------------------- IPOPT path
+
+    def solve_ipopt(self, objective, constraints, newton_solve: Callable, x_start: np.ndarray, pose: BonePose,
+                    force_scale: float, tolerance: float, max_iterations: Optional[int] = None,
+                    detect_at: Optional[np.ndarray] = None) -> ContactOutcome:
+        """The same alternation with IPOPT on the planes as linear inequalities (rounds with no
+        plane use `newton_solve(x0, force_scale)`, the unconstrained frame)."""
+        from .ipopt_solve import DEFAULT_MAX_ITERATIONS, skin_plane_inequalities, solve_with_ipopt
+        planes = self.detect(x_start if detect_at is None else detect_at, pose)
+        x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(3, np.int64), []
+        converged, depth, violation, rounds, contacts, history = False, 0.0, 0.0, 0, 0, []
+        for rounds in range(1, self.max_rounds + 1):
+            if planes.count:
+                inequalities = skin_plane_inequalities(constraints, self.embedding, planes)
+                result = solve_with_ipopt(
+                    objective, constraints, x, inequalities, tolerance=tolerance,
+                    max_iterations=max_iterations or DEFAULT_MAX_ITERATIONS,
+                    force_scale=max(force_scale, self._contact_force_scale(planes, np.zeros(0))),
+                    options={"constr_viol_tol": 0.1 * self.tolerance})
+                totals[0] += result.iterations
+            else:
+                result = newton_solve(x, force_scale)
+                totals += (result.iterations, result.factorisations, result.krylov_iterations)
+            x = np.asarray(result.x, dtype=np.float64)
+            skin = self.embedding.skin_positions(x)
+            gaps = (np.einsum("cd,cd->c", planes.normal, skin[planes.vertex] - planes.point)
+                    if planes.count else np.zeros(0))
+            violation = float(np.maximum(-gaps, 0.0).max(initial=0.0))
+            touching = gaps <= self.tolerance
+            contacts = int(touching.sum())
+            detected = self.detect(x, pose)
+            depth = float(detected.depth.max(initial=0.0))
+            converged = result.converged and max(violation, depth) <= self.tolerance
+            history.append((planes.count, depth, violation, 0.0))
+            if not result.converged:
+                reasons.append(f"round {rounds}: {result.reason}")
+                break
+            planes, _ = self._merge(planes, np.zeros((planes.count, 1)), touching, detected,
+                                    np.zeros((detected.count, 1)))
+            if converged:
+                break
+        if not converged and not reasons:
+            reasons.append(f"contacts unresolved after {rounds} rounds: penetration {depth * 1e3:.4f} mm, "
+                           f"plane violation {violation * 1e3:.4f} mm > tolerance {self.tolerance * 1e3:.4f} mm")
+        return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
+                              factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
+                              contacts=contacts, penetration_depth_max=depth, violation_max=violation,
+                              anchored_vertices=self.last_anchored[0], anchored_depth_max=self.last_anchored[1],
+                              history=history)

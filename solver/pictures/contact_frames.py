@@ -1,0 +1,163 @@
+"""Before and after pictures of one frame with lip contact (issue 5).
+
+Top row: the *plain* blendshape skin (rest + Σ w_j delta_j, the bones at the blended jaw),
+with every skin vertex that detection finds inside a teeth proxy or through the other lip
+drawn red. Bottom row: the simulated skin of the same frame (fit → blend → FaceSimulator
+with the collision scene); the vertices that penetrated in the plain frame are drawn blue,
+so one sees where they went, and any still penetrating red.
+
+Columns: a front close-up of the mouth, and a sagittal-ish view — the subject's right half
+of the skin and of the teeth proxies (everything left of the midline removed), seen from
+the subject's left — which shows the lips in section in front of the teeth proxies. The
+proxies' labial projection regions (where a penetrating lip may be pushed) are drawn green,
+the rest of the proxies ivory.
+
+Everything is drawn with the project's software rasteriser (raster.py); nothing opens a
+window.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .raster import BACKGROUND, Camera, MeshLayer, add_legend, add_title, render_meshes, save_png, side_by_side
+from .views import SKIN_COLOUR, TEETH_COLOUR, HeadAxes
+
+PENETRATING_COLOUR = (0.86, 0.08, 0.06)
+RESOLVED_COLOUR = (0.13, 0.38, 0.86)
+REGION_COLOUR = (0.55, 0.82, 0.55)
+PANEL_SIZE = 440               # pixels per view
+_CLOSE_UP_MOUTH_WIDTHS = 1.7   # the front close-up spans this many mouth widths across
+_SECTION_MOUTH_WIDTHS = 1.5    # the section spans this many mouth widths up and down
+_ROW_GAP = 18
+
+
+@dataclass(frozen=True, eq=False)
+class ContactFrameSheet:
+    image: np.ndarray              # (H, W, 3) uint8
+    plain_penetrating: np.ndarray  # skin vertex indices penetrating in the plain frame
+    plain_depth_m: float
+    simulated_penetrating: np.ndarray
+    simulated_depth_m: float
+
+
+def picture_contact_frames(model: dict, scene, plain_skin: np.ndarray, simulated_skin: np.ndarray, pose,
+                           path, title: Optional[str] = None, simulated_pose=None) -> Path:
+    """Write the before/after picture of one frame (see the module docstring) to `path`.
+
+    `scene` is the frame's CollisionScene (teeth proxies and lips), `pose` its BonePose for
+    the plain frame and (unless `simulated_pose` is given) for the simulated one. Returns
+    the path written."""
+    return save_png(contact_frame_sheet(model, scene, plain_skin, simulated_skin, pose, title,
+                                        simulated_pose).image, path)
+
+
+def contact_frame_sheet(model: dict, scene, plain_skin: np.ndarray, simulated_skin: np.ndarray, pose,
+                        title: Optional[str] = None, simulated_pose=None) -> ContactFrameSheet:
+    """The picture of ``picture_contact_frames`` as an image, with what it highlights."""
+    simulated_pose = pose if simulated_pose is None else simulated_pose
+    plain_skin = np.asarray(plain_skin, dtype=np.float64)
+    simulated_skin = np.asarray(simulated_skin, dtype=np.float64)
+    skin_count = len(model["skin_vertices"])
+    if plain_skin.shape != (skin_count, 3) or simulated_skin.shape != (skin_count, 3):
+        raise ValueError(f"plain and simulated skin must be ({skin_count}, 3), got {plain_skin.shape} and "
+                         f"{simulated_skin.shape}")
+    plain_hits, plain_depth = _penetrating(scene, plain_skin, pose)
+    simulated_hits, simulated_depth = _penetrating(scene, simulated_skin, simulated_pose)
+
+    axes = HeadAxes.of(model)
+    mouth, width = _mouth(model, scene)
+    triangles = np.asarray(model["skin_triangles"])
+    front_camera = Camera.front(mouth, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE)
+    front_camera = _centred(front_camera, mouth, _CLOSE_UP_MOUTH_WIDTHS * width)
+    side_camera = Camera.side(mouth - 0.25 * width * axes.forward, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE)
+    side_camera = _centred(side_camera, mouth - 0.25 * width * axes.forward, _SECTION_MOUTH_WIDTHS * width)
+
+    rows = []
+    for skin, pose_of_row, marked, still in ((plain_skin, pose, plain_hits, plain_hits),
+                                             (simulated_skin, simulated_pose, plain_hits, simulated_hits)):
+        colours = np.tile(np.asarray(SKIN_COLOUR, dtype=float), (skin_count, 1))
+        if marked is not still:
+            colours[marked] = RESOLVED_COLOUR
+        colours[still] = PENETRATING_COLOUR
+        proxies = _proxy_layers(scene, pose_of_row, axes, mouth)
+        front = render_meshes(front_camera, [MeshLayer(skin, triangles, colours, colour_per_vertex=True)])
+        right_half = _half(skin, triangles, axes, mouth)
+        section = render_meshes(side_camera, [MeshLayer(skin, right_half, colours, colour_per_vertex=True)]
+                                + proxies)
+        rows.append((front, section))
+
+    captions = [
+        (f"plain: {len(plain_hits)} penetrating, {plain_depth * 1e3:.2f} mm deep", "plain: right half, from the left"),
+        (f"simulated: {len(simulated_hits)} penetrating, {simulated_depth * 1e3:.2f} mm",
+         "simulated: right half, from the left"),
+    ]
+    row_images = [side_by_side(list(images), list(texts)) for images, texts in zip(rows, captions)]
+    stacked = _stack(row_images)
+    legend = [("skin", SKIN_COLOUR), ("penetrating (inside a teeth proxy or through the other lip)", PENETRATING_COLOUR),
+              ("penetrated in the plain frame, held out by the simulation", RESOLVED_COLOUR),
+              ("teeth proxy", TEETH_COLOUR), ("teeth proxy: labial projection region", REGION_COLOUR)]
+    image = add_legend(stacked, legend)
+    image = add_title(image, title or "Lip contact: plain blendshapes (top) and simulated with collisions (bottom)")
+    return ContactFrameSheet(image=image, plain_penetrating=plain_hits, plain_depth_m=plain_depth,
+                             simulated_penetrating=simulated_hits, simulated_depth_m=simulated_depth)
+
+
+def _penetrating(scene, skin, pose) -> tuple[np.ndarray, float]:
+    planes = scene.detect(skin, pose)
+    return np.unique(planes.vertex), float(planes.depth.max(initial=0.0))
+
+
+def _mouth(model, scene) -> tuple[np.ndarray, float]:
+    """The mouth centre (world) and the mouth width (m) from the landmarks, else from the lips."""
+    names = [str(n) for n in model["landmark_names"]]
+    positions = np.asarray(model["landmark_positions"], dtype=np.float64)
+    if all(name in names for name in ("mouth_corner_L", "mouth_corner_R", "upper_lip", "lower_lip")):
+        at = lambda name: positions[names.index(name)]  # noqa: E731
+        return 0.5 * (at("upper_lip") + at("lower_lip")), float(np.linalg.norm(at("mouth_corner_L")
+                                                                                - at("mouth_corner_R")))
+    lips = np.asarray(model["skin_vertices"])[np.union1d(scene.lips.upper_vertices, scene.lips.lower_vertices)]
+    return 0.5 * (lips.min(0) + lips.max(0)), float(np.ptp(lips, axis=0).max())
+
+
+def _centred(camera: Camera, centre, extent: float) -> Camera:
+    return Camera(camera.view_direction, camera.up, np.asarray(centre, dtype=float), extent, camera.width,
+                  camera.height)
+
+
+def _half(vertices, triangles, axes: HeadAxes, mouth) -> np.ndarray:
+    """Triangles on the subject's right of the midline (through the mouth centre)."""
+    sideways = (np.asarray(vertices)[triangles].mean(1) - mouth) @ axes.left
+    return triangles[sideways <= 0.0]
+
+
+def _proxy_layers(scene, pose, axes: HeadAxes, mouth) -> list[MeshLayer]:
+    layers = []
+    posed = scene.posed_proxies(pose)
+    for collider in getattr(scene, "teeth", []):
+        vertices, triangles = posed[collider.name]
+        colours = np.tile(np.asarray(TEETH_COLOUR, dtype=float), (len(triangles), 1))
+        colours[collider.proxy.region] = REGION_COLOUR
+        keep = ((vertices[triangles].mean(1) - mouth) @ axes.left) <= 0.0
+        layers.append(MeshLayer(vertices, triangles[keep], colours[keep], colour_per_vertex=False))
+    return layers
+
+
+def _stack(images) -> np.ndarray:
+    """Images one above the other, left aligned, on the background colour."""
+    width = max(image.shape[1] for image in images)
+    background = np.round(np.asarray(BACKGROUND) * 255).astype(np.uint8)
+    parts = []
+    for index, image in enumerate(images):
+        padded = np.empty((image.shape[0], width, 3), np.uint8)
+        padded[:] = background
+        padded[:, :image.shape[1]] = image
+        parts.append(padded)
+        if index < len(images) - 1:
+            gap = np.empty((_ROW_GAP, width, 3), np.uint8)
+            gap[:] = background
+            parts.append(gap)
+    return np.concatenate(parts)

@@ -1,0 +1,443 @@
+"""Collision detection (solver/collisions): kernels against brute force, teeth proxies, lips,
+mesh-collider files and the scene, on random meshes, the demo head and (when present) ICT."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ict_data import ict_available, load_ict_rig
+from solver.collisions import (
+    BonePose, CollisionScene, ContactPlanes, MeshCollider, MeshColliderError, load_mesh_collider,
+)
+from solver.collisions.detection import SurfaceQuery, closed_penetrations, inside_closed, patch_penetrations
+from solver.collisions.lips import find_lip_surfaces, lip_vertices_from_groups
+from solver.collisions.teeth import landmark_arch_proxy, teeth_proxies
+from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree
+from test_geometry_queries import icosphere
+
+IDENTITY = BonePose(skull=np.eye(4), jaw=np.eye(4), frame=0)
+
+
+# ---------------------------------------------------------------------------
+# Reference implementations and meshes
+
+
+def brute_closest(points, vertices, triangles):
+    """(distance (p,), closest (p,3)) over all triangles: plane projection when it falls inside
+    the triangle, else the nearest point of the three edges."""
+    a, b, c = (vertices[triangles[:, k]] for k in range(3))
+    normal = np.cross(b - a, c - a)
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    offset = points[:, None] - a[None]
+    height = np.einsum("ptk,tk->pt", offset, normal)
+    projected = points[:, None] - height[..., None] * normal[None]
+    inside = np.ones(height.shape, bool)
+    for start, stop in ((a, b), (b, c), (c, a)):
+        inside &= np.einsum("ptk,tk->pt", np.cross(stop - start, projected - start[None]), normal) >= 0
+    best = np.where(inside[..., None], projected, np.nan)
+    best_distance = np.where(inside, np.abs(height), np.inf)
+    for start, stop in ((a, b), (b, c), (c, a)):
+        edge = stop - start
+        t = np.clip(np.einsum("ptk,tk->pt", points[:, None] - start[None], edge) / np.einsum("tk,tk->t", edge, edge),
+                    0.0, 1.0)
+        on_edge = start[None] + t[..., None] * edge[None]
+        distance = np.linalg.norm(points[:, None] - on_edge, axis=2)
+        closer = distance < best_distance
+        best_distance = np.where(closer, distance, best_distance)
+        best = np.where(closer[..., None], on_edge, best)
+    pick = np.argmin(best_distance, axis=1)
+    rows = np.arange(len(points))
+    return best_distance[rows, pick], best[rows, pick]
+
+
+def lumpy_sphere(seed, subdivisions=3, radius=1.0, noise=0.15):
+    """Closed, outward-oriented star-shaped mesh: an icosphere with smooth random radial bumps."""
+    rng = np.random.default_rng(seed)
+    vertices, triangles = icosphere(subdivisions)
+    directions = rng.normal(size=(4, 3))
+    bumps = sum(np.cos(3.0 * vertices @ d + rng.uniform(0, 6)) for d in directions) / 4
+    return vertices * radius * (1.0 + noise * bumps)[:, None], triangles
+
+
+def edge_uses(triangles):
+    directed = np.stack([triangles, np.roll(triangles, -1, axis=1)], axis=-1).reshape(-1, 2)
+    _, undirected = np.unique(np.sort(directed, axis=1), axis=0, return_counts=True)
+    _, directed_counts = np.unique(directed, axis=0, return_counts=True)
+    return undirected, directed_counts
+
+
+def signed_volume(vertices, triangles):
+    corners = vertices[triangles]
+    return np.einsum("ij,ij->i", corners[:, 0], np.cross(corners[:, 1], corners[:, 2])).sum() / 6.0
+
+
+def head_axes(model):
+    axes = np.asarray(model["head_frame"])
+    return axes[1], axes[2]
+
+
+# ---------------------------------------------------------------------------
+# Kernels against brute force
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_closest_points_and_inside_test_match_brute_force_and_winding_numbers(seed):
+    vertices, triangles = lumpy_sphere(seed)
+    rng = np.random.default_rng(100 + seed)
+    points = rng.uniform(-1.4, 1.4, size=(400, 3))
+    surface = SurfaceQuery(vertices, triangles)
+    assert surface.is_closed
+    hit = surface.query(points)
+    distance, closest = brute_closest(points, vertices, triangles)
+    np.testing.assert_allclose(hit.distance, distance, atol=1e-12)
+    np.testing.assert_allclose(hit.closest, closest, atol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(hit.normal, axis=1), 1.0, atol=1e-12)
+
+    inside, _ = inside_closed(surface, points)
+    winding = WindingNumberTree(vertices, triangles).query(points)
+    clear = distance > 1e-3
+    np.testing.assert_array_equal(inside[clear], winding[clear] > 0.5)
+    # Points right at vertices and edges are where a face normal alone misclassifies.
+    on_features = np.concatenate([vertices, vertices[triangles[:, :2]].mean(1)])
+    normals = np.concatenate([vertices, vertices[triangles[:, :2]].mean(1)])
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    assert inside_closed(surface, on_features - 1e-6 * normals)[0].all()
+    assert not inside_closed(surface, on_features + 1e-6 * normals)[0].any()
+
+
+def test_region_projection_is_the_closest_point_of_the_region():
+    vertices, triangles = lumpy_sphere(3)
+    centroids = vertices[triangles].mean(1)
+    region_triangles = triangles[centroids[:, 2] > 0.2]          # the top cap
+    volume, region = SurfaceQuery(vertices, triangles), SurfaceQuery(vertices, region_triangles)
+    points = np.random.default_rng(4).uniform(-1.0, 1.0, size=(500, 3))
+    found = closed_penetrations(volume, region, points)
+    inside = WindingNumberTree(vertices, triangles).query(points) > 0.5
+    assert set(found.index) == set(np.flatnonzero(inside))
+    distance, closest = brute_closest(points[found.index], vertices, region_triangles)
+    np.testing.assert_allclose(found.point, closest, atol=1e-9)
+    np.testing.assert_allclose(found.depth, distance, rtol=1e-9, atol=1e-12)
+    # The plane keeps the point on its wrong side and passes through the projection.
+    assert (np.einsum("ij,ij->i", found.normal, points[found.index] - found.point) <= 1e-12).all()
+
+
+def test_refit_gives_the_same_results_as_a_rebuild():
+    vertices, triangles = lumpy_sphere(5)
+    moved, _ = lumpy_sphere(6)
+    moved = moved * [1.1, 0.9, 1.0] + [0.05, -0.02, 0.1]
+    points = np.random.default_rng(7).uniform(-1.4, 1.4, size=(300, 3))
+
+    refitted = SurfaceQuery(vertices, triangles)
+    refitted.refit(moved)
+    rebuilt = SurfaceQuery(moved, triangles)
+    first, second = refitted.query(points), rebuilt.query(points)
+    np.testing.assert_allclose(first.distance, second.distance, atol=1e-14)
+    np.testing.assert_allclose(first.closest, second.closest, atol=1e-12)
+    np.testing.assert_allclose(first.normal, second.normal, atol=1e-12)
+
+    bvh = TriangleBVH(vertices, triangles)
+    bvh.refit(moved)
+    np.testing.assert_allclose(ClosestPointTree.from_bvh(bvh).query(points).distance,
+                               ClosestPointTree(moved, triangles).query(points).distance, atol=1e-14)
+    # The compiled refit of SurfaceQuery and the numpy refit of the tree agree on the boxes.
+    np.testing.assert_allclose(refitted.bvh.node_lower, bvh.node_lower)
+    np.testing.assert_allclose(refitted.bvh.node_upper, bvh.node_upper)
+
+
+def test_open_patch_counts_points_behind_it_and_not_beside_its_border():
+    grid = np.stack(np.meshgrid(np.linspace(-1, 1, 9), np.linspace(-1, 1, 9), indexing="ij"), -1).reshape(-1, 2)
+    vertices = np.column_stack([grid, np.zeros(len(grid))])
+    index = np.arange(81).reshape(9, 9)
+    quads = np.stack([index[:-1, :-1], index[1:, :-1], index[1:, 1:], index[:-1, 1:]], -1).reshape(-1, 4)
+    triangles = np.concatenate([quads[:, [0, 1, 2]], quads[:, [0, 2, 3]]])     # normals +z
+    patch = SurfaceQuery(vertices, triangles)
+    points = np.array([[0.2, 0.3, -0.1], [0.2, 0.3, 0.1], [0.5, 0.5, -0.5], [1.3, 0.0, -0.05], [0.99, 0.0, -0.2]])
+    found = patch_penetrations(patch, points, max_depth=0.4, border_cone_cos=np.cos(np.radians(45)))
+    np.testing.assert_array_equal(found.index, [0, 4])      # [2] is deeper than the band, [3] beside the border
+    np.testing.assert_allclose(found.normal, [[0, 0, 1], [0, 0, 1]], atol=1e-12)
+    np.testing.assert_allclose(found.depth, [0.1, 0.2], atol=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# Teeth proxies
+
+
+def assert_closed_manifold_outward(vertices, triangles):
+    undirected, directed = edge_uses(triangles)
+    assert (undirected == 2).all() and (directed == 1).all()
+    assert signed_volume(vertices, triangles) > 0
+    corners = vertices[triangles]
+    assert np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1).min() > 0
+
+
+def check_teeth_proxies(model):
+    proxies = teeth_proxies(model)
+    up, forward = head_axes(model)
+    for proxy in proxies:
+        assert_closed_manifold_outward(proxy.vertices, proxy.triangles)
+        teeth = np.asarray(model[f"{proxy.name}_vertices"])
+        winding = WindingNumberTree(proxy.vertices, proxy.triangles).query(teeth)
+        assert (winding > 0.5).all(), f"{proxy.name}: {(winding <= 0.5).sum()} teeth vertices outside the proxy"
+        assert proxy.source == "teeth mesh"
+        # The region faces out of the arch: the front teeth's region faces forward.
+        normals = np.cross(*(np.diff(proxy.vertices[proxy.triangles[proxy.region]], axis=1).transpose(1, 0, 2)))
+        normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+        centroids = proxy.vertices[proxy.triangles[proxy.region]].mean(1)
+        lateral = np.cross(up, forward)
+        front = np.abs((centroids - teeth.mean(0)) @ lateral) < 0.005
+        assert front.any() and (normals[front] @ forward).mean() > 0.5
+    return proxies
+
+
+def test_teeth_proxies_of_the_demo_head_are_closed_and_contain_the_teeth(small_demo_model):
+    proxies = check_teeth_proxies(small_demo_model)
+    assert all(p.triangle_count < 40000 for p in proxies)
+
+
+def test_landmark_arch_is_a_closed_proxy_behind_the_lips(small_demo_model):
+    model = {k: v for k, v in small_demo_model.items() if "teeth" not in k}
+    up, forward = head_axes(model)
+    lips = dict(zip(model["landmark_names"], model["landmark_positions"]))
+    for upper in (True, False):
+        vertices, triangles = landmark_arch_proxy(model, upper=upper)
+        assert_closed_manifold_outward(vertices, triangles)
+        assert (vertices @ forward).max() < lips["upper_lip"] @ forward - 0.005
+    scene = CollisionScene(model, lips=False)
+    assert [c.proxy.source for c in scene.teeth] == ["landmark arch", "landmark arch"]
+
+
+# ---------------------------------------------------------------------------
+# Scenes on the demo head
+
+
+@pytest.fixture(scope="module")
+def demo_scene(small_demo_model):
+    return CollisionScene(small_demo_model)
+
+
+def test_neutral_demo_face_has_no_contacts_and_the_lips_do_not_overlap_at_rest(small_demo_model, demo_scene):
+    skin = small_demo_model["skin_vertices"]
+    assert demo_scene.names == ["upper_teeth", "lower_teeth", "upper_lip", "lower_lip"]
+    assert demo_scene.detect(skin, IDENTITY).count == 0
+    raw = CollisionScene(small_demo_model, teeth=False, rest_allowance=False)
+    assert raw.detect(skin, IDENTITY).count == 0
+
+
+def test_lip_pushed_into_the_upper_teeth_is_pushed_forward(small_demo_model, demo_scene):
+    skin = small_demo_model["skin_vertices"].copy()
+    up, forward = head_axes(small_demo_model)
+    lateral = np.cross(up, forward)
+    lips = demo_scene.lips
+    centre = skin[lips.upper_vertices].mean(0)
+    front = lips.upper_vertices[np.abs((skin[lips.upper_vertices] - centre) @ lateral) < 0.006]
+    skin[front] -= 0.008 * forward
+    contacts = demo_scene.detect(skin, IDENTITY)
+    on_teeth = contacts.collider == demo_scene.names.index("upper_teeth")
+    assert on_teeth.sum() > 5
+    assert (contacts.normal[on_teeth] @ forward > 0).all()
+    assert (contacts.violation(skin)[on_teeth] > 0).all()
+    # Every plane on either proxy points out of the arch, never into the mouth.
+    arch_centre = demo_scene.teeth[0].proxy.vertices.mean(0)
+    radial = contacts.point - arch_centre
+    radial -= np.outer(radial @ up, up)
+    teeth = contacts.collider < 2
+    assert (np.einsum("ij,ij->i", contacts.normal[teeth], radial[teeth]) > 0).all()
+
+
+def test_lower_lip_moved_up_through_the_upper_lip_is_detected(small_demo_model, demo_scene):
+    skin = small_demo_model["skin_vertices"].copy()
+    up, _ = head_axes(small_demo_model)
+    lips = demo_scene.lips
+    skin[lips.lower_vertices] += 0.003 * up
+    contacts = demo_scene.detect(skin, IDENTITY)
+    through_upper = contacts.collider == demo_scene.names.index("upper_lip")
+    assert through_upper.sum() > 10
+    assert np.isin(contacts.vertex[through_upper], lips.lower_vertices).all()
+    assert (contacts.normal[through_upper] @ up < 0).all()            # pushed back down
+    assert contacts.depth[through_upper].max() < 0.0035
+    measure = demo_scene.measure(skin, IDENTITY)
+    assert measure.per_collider["upper_lip"] == len(np.unique(contacts.vertex[through_upper]))
+
+
+def test_teeth_move_with_their_bones(small_demo_model, demo_scene):
+    skin = small_demo_model["skin_vertices"]
+    _, forward = head_axes(small_demo_model)
+    jaw = np.eye(4)
+    jaw[:3, 3] = 0.01 * forward                  # the lower teeth slide forward into the lower lip
+    pose = BonePose(skull=np.eye(4), jaw=jaw)
+    posed = demo_scene.posed_proxies(pose)
+    np.testing.assert_allclose(posed["lower_teeth"][0], demo_scene.teeth[1].proxy.vertices + 0.01 * forward)
+    np.testing.assert_allclose(posed["upper_teeth"][0], demo_scene.teeth[0].proxy.vertices)
+    contacts = demo_scene.detect(skin, pose)
+    lower = contacts.collider == demo_scene.names.index("lower_teeth")
+    lateral = np.cross(head_axes(small_demo_model)[0], forward)
+    front = lower & (np.abs((contacts.point - posed["lower_teeth"][0].mean(0)) @ lateral) < 0.006)
+    assert front.sum() > 0 and (contacts.normal[front] @ forward > 0).all()
+    assert not (contacts.collider == demo_scene.names.index("upper_teeth")).any()
+
+
+def test_explicit_lip_vertices_override_the_finder(small_demo_model):
+    found = find_lip_surfaces(small_demo_model)
+    given = find_lip_surfaces(small_demo_model, (found.upper_vertices, found.lower_vertices))
+    assert given.source == "vertex groups"
+    np.testing.assert_array_equal(given.upper_vertices, found.upper_vertices)
+    with pytest.raises(ValueError, match="both lips"):
+        find_lip_surfaces(small_demo_model, (found.upper_vertices, found.upper_vertices[:3]))
+    weights = np.zeros((3, len(small_demo_model["skin_vertices"])))
+    weights[1, found.lower_vertices] = 1.0
+    weights[2, found.upper_vertices] = 0.9
+    upper, lower = lip_vertices_from_groups(np.array(["other", "FP_lip_lower", "FP_lip_upper"]), weights)
+    np.testing.assert_array_equal(upper, found.upper_vertices)
+    np.testing.assert_array_equal(lower, found.lower_vertices)
+    assert lip_vertices_from_groups(np.array(["FP_lip_upper"]), weights[:1]) is None
+
+
+# ---------------------------------------------------------------------------
+# External mesh colliders
+
+
+def sphere_collider_file(tmp_path, name="ball", **overrides):
+    vertices, faces = icosphere(3, radius=0.03)
+    transforms = np.stack([np.eye(4), np.eye(4)])
+    transforms[1, :3, 3] = [0.0, 0.0, 0.05]
+    arrays = {"vertices": vertices, "faces": faces, "transforms": transforms}
+    arrays.update(overrides)
+    path = tmp_path / f"{name}.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def test_mesh_collider_pushes_points_out_of_a_moving_sphere(tmp_path):
+    collider = load_mesh_collider(sphere_collider_file(tmp_path))
+    assert collider.name == "ball" and collider.frame_count == 2
+    rng = np.random.default_rng(8)
+    points = rng.uniform(-0.04, 0.04, size=(2000, 3))
+    for frame, centre in ((0, np.zeros(3)), (1, [0, 0, 0.05]), (7, [0, 0, 0.05])):   # frame 7 clamps to the last
+        world = points + centre
+        contacts = collider.detect(world, BonePose(np.eye(4), np.eye(4), frame=frame), collider_index=3)
+        radius = np.linalg.norm(points, axis=1)
+        winding = WindingNumberTree(collider.vertices, collider.faces).query(points)
+        clear = np.abs(radius - 0.03) > 1e-3
+        np.testing.assert_array_equal(np.isin(np.arange(len(points)), contacts.vertex)[clear], (winding > 0.5)[clear])
+        assert (contacts.collider == 3).all()
+        radial = points[contacts.vertex] / radius[contacts.vertex, None]
+        assert (np.einsum("ij,ij->i", contacts.normal, radial) > 0.9).all()
+        np.testing.assert_allclose(contacts.depth, 0.03 - radius[contacts.vertex], atol=0.03 * 0.02)
+
+
+def test_scene_includes_external_colliders_by_name(tmp_path, small_demo_model):
+    vertices, faces = icosphere(2, radius=0.02)
+    chin_side = small_demo_model["skin_vertices"][np.argmax(small_demo_model["skin_vertices"] @ head_axes(small_demo_model)[1] * -1)]
+    transform = np.eye(4)
+    transform[:3, 3] = chin_side
+    prop = MeshCollider("prop", vertices, faces, transform[None])
+    scene = CollisionScene(small_demo_model, teeth=False, lips=False, colliders=[prop])
+    assert scene.names == ["prop"]
+    contacts = scene.detect(small_demo_model["skin_vertices"], IDENTITY)
+    assert contacts.count > 0 and (contacts.collider == 0).all()
+    assert scene.measure(small_demo_model["skin_vertices"], IDENTITY).per_collider["prop"] == contacts.count
+
+
+@pytest.mark.parametrize("case, message", [
+    ("open", "not closed"),
+    ("nan", "NaN"),
+    ("scaled", "not rigid"),
+    ("mirrored", "determinant"),
+    ("object", "object"),
+    ("missing", "missing arrays"),
+    ("degenerate", "zero area"),
+    ("touching", "not manifold"),
+    ("flipped_one", "consistently oriented"),
+    ("float_faces", "integers"),
+])
+def test_mesh_collider_file_errors_say_what_is_wrong(tmp_path, case, message):
+    vertices, faces = icosphere(1, radius=0.03)
+    overrides = {}
+    if case == "open":
+        overrides["faces"] = faces[1:]
+    elif case == "nan":
+        overrides["vertices"] = np.where(np.arange(len(vertices))[:, None] == 5, np.nan, vertices)
+    elif case == "scaled":
+        overrides["transforms"] = np.diag([2.0, 1.0, 1.0, 1.0])[None]
+    elif case == "mirrored":
+        overrides["transforms"] = np.diag([-1.0, 1.0, 1.0, 1.0])[None]
+    elif case == "object":
+        overrides["vertices"] = np.array([list(v) for v in vertices], dtype=object)
+    elif case == "degenerate":
+        extra = np.array([vertices[faces[0, 0]], vertices[faces[0, 1]]]).mean(0)
+        overrides["vertices"] = np.vstack([vertices, extra])
+        split = faces.copy()
+        a, b, c = faces[0]
+        split[0] = [a, len(vertices), c]
+        overrides["faces"] = np.vstack([split, [[len(vertices), b, c]], [[a, b, len(vertices)]]])
+    elif case == "touching":
+        shifted = vertices + [0.06, 0, 0]
+        touch = np.argmax(vertices[:, 0])
+        shifted += vertices[touch] - shifted[np.argmin(shifted[:, 0])]
+        second = faces + len(vertices)
+        second[second == len(vertices) + np.argmin(shifted[:, 0])] = touch
+        overrides["vertices"] = np.vstack([vertices, shifted])
+        overrides["faces"] = np.vstack([faces, second])
+    elif case == "flipped_one":
+        flipped = faces.copy()
+        flipped[0] = flipped[0, ::-1]
+        overrides["faces"] = flipped
+    elif case == "float_faces":
+        overrides["faces"] = faces.astype(float)
+    path = sphere_collider_file(tmp_path, case, **overrides)
+    if case == "missing":
+        np.savez(path, vertices=vertices, faces=faces)
+    with pytest.raises(MeshColliderError, match=message) as error:
+        load_mesh_collider(path)
+    assert isinstance(error.value, ValueError)
+
+
+def test_inward_facing_mesh_is_turned_around(tmp_path):
+    vertices, faces = icosphere(2, radius=0.03)
+    collider = load_mesh_collider(sphere_collider_file(tmp_path, faces=faces[:, ::-1]))
+    assert signed_volume(collider.vertices, collider.faces) > 0
+    contacts = collider.detect(np.array([[0.0, 0.0, 0.02]]), IDENTITY, 0)
+    assert contacts.count == 1 and contacts.normal[0, 2] > 0.9
+
+
+# ---------------------------------------------------------------------------
+# ICT FaceKit (skipped when the data set is not beside the project)
+
+
+@pytest.fixture(scope="module")
+def ict_model():
+    if not ict_available():
+        pytest.skip("ICT FaceKit data not available")
+    from solver.model_builder.builder import BuildOptions, build_model
+    return build_model(load_ict_rig(), BuildOptions(target_tets=4000))
+
+
+def test_ict_teeth_proxies_and_lips(ict_model):
+    check_teeth_proxies(ict_model)
+    scene = CollisionScene(ict_model)
+    skin = ict_model["skin_vertices"].copy()
+    assert scene.detect(skin, IDENTITY).count == 0
+    raw = CollisionScene(ict_model, teeth=False, rest_allowance=False)
+    assert raw.detect(skin, IDENTITY).count <= 5          # the lips barely touch at rest
+    up, forward = head_axes(ict_model)
+    moved = skin.copy()
+    moved[scene.lips.lower_vertices] += 0.003 * up
+    contacts = scene.detect(moved, IDENTITY)
+    through_upper = contacts.collider == scene.names.index("upper_lip")
+    assert through_upper.sum() > 20 and (contacts.normal[through_upper] @ up < 0).all()
+    lateral = np.cross(up, forward)
+    lips = scene.lips
+    centre = skin[lips.upper_vertices].mean(0)
+    front = lips.upper_vertices[np.abs((skin[lips.upper_vertices] - centre) @ lateral) < 0.005]
+    moved = skin.copy()
+    moved[front] -= 0.006 * forward
+    contacts = scene.detect(moved, IDENTITY)
+    on_teeth = (contacts.collider == 0) & np.isin(contacts.vertex, front)
+    assert on_teeth.sum() > 5 and (contacts.normal[on_teeth] @ forward > 0).all()
+
+
+def test_contact_planes_concatenate_keeps_collider_indices():
+    first = ContactPlanes(np.array([1]), np.zeros((1, 3)), np.array([[0, 0, 1.0]]), np.array([0.1]), np.array([0]))
+    second = ContactPlanes(np.array([2]), np.zeros((1, 3)), np.array([[0, 1.0, 0]]), np.array([0.2]), np.array([3]))
+    both = ContactPlanes.concatenate([first, ContactPlanes.empty(), second])
+    np.testing.assert_array_equal(both.collider, [0, 3])
