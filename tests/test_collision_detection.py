@@ -12,8 +12,7 @@ from solver.collisions import (
 from solver.collisions.detection import SurfaceQuery, closed_penetrations, inside_closed, patch_penetrations
 from solver.collisions.lips import find_lip_surfaces, lip_vertices_from_groups
 from solver.collisions.teeth import landmark_arch_proxy, teeth_proxies
-from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree
-from test_geometry_queries import icosphere
+from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree, icosphere
 
 IDENTITY = BonePose(skull=np.eye(4), jaw=np.eye(4), frame=0)
 

@@ -5,7 +5,7 @@ numba kernels over the query points.
 """
 from .bvh import TriangleBVH
 from .closest_point import ClosestPointResult, ClosestPointTree
-from .mesh_ops import triangle_normals_areas, vertex_normals
+from .mesh_ops import icosphere, triangle_normals_areas, vertex_normals
 from .winding import WindingNumberTree, winding_numbers
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "ClosestPointTree",
     "TriangleBVH",
     "WindingNumberTree",
+    "icosphere",
     "triangle_normals_areas",
     "vertex_normals",
     "winding_numbers",

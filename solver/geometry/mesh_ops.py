@@ -125,3 +125,35 @@ def first_ray_hits(vertices, triangles, origins, direction):
             distances[ray], hit_triangle[ray] = t[best], best
             barycentric[ray] = (1 - u[best] - v[best], u[best], v[best])
     return distances, hit_triangle, barycentric
+
+
+def icosphere(subdivisions, radius=1.0, centre=(0.0, 0.0, 0.0)):
+    """Closed, outward-oriented unit icosahedron refined by midpoint subdivision."""
+    golden = (1.0 + np.sqrt(5.0)) / 2.0
+    vertices = np.array([
+        [-1, golden, 0], [1, golden, 0], [-1, -golden, 0], [1, -golden, 0],
+        [0, -1, golden], [0, 1, golden], [0, -1, -golden], [0, 1, -golden],
+        [golden, 0, -1], [golden, 0, 1], [-golden, 0, -1], [-golden, 0, 1],
+    ], dtype=float)
+    triangles = np.array([
+        [0, 11, 5], [0, 5, 1], [0, 1, 7], [0, 7, 10], [0, 10, 11],
+        [1, 5, 9], [5, 11, 4], [11, 10, 2], [10, 7, 6], [7, 1, 8],
+        [3, 9, 4], [3, 4, 2], [3, 2, 6], [3, 6, 8], [3, 8, 9],
+        [4, 9, 5], [2, 4, 11], [6, 2, 10], [8, 6, 7], [9, 8, 1],
+    ])
+    vertices /= np.linalg.norm(vertices, axis=1, keepdims=True)
+    for _ in range(subdivisions):
+        edges = np.sort(np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]), axis=1)
+        unique_edges, edge_of = np.unique(edges, axis=0, return_inverse=True)
+        midpoints = vertices[unique_edges].mean(axis=1)
+        midpoints /= np.linalg.norm(midpoints, axis=1, keepdims=True)
+        mid = edge_of.reshape(3, -1).T + len(vertices)  # midpoints of edges 01, 12, 20
+        a, b, c = triangles.T
+        triangles = np.concatenate([
+            np.column_stack([a, mid[:, 0], mid[:, 2]]),
+            np.column_stack([b, mid[:, 1], mid[:, 0]]),
+            np.column_stack([c, mid[:, 2], mid[:, 1]]),
+            mid,
+        ])
+        vertices = np.vstack([vertices, midpoints])
+    return vertices * radius + np.asarray(centre), triangles
