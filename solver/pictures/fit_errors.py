@@ -113,7 +113,11 @@ def fit_error_sheet(model: dict, fit: dict, count: int = 3, limit_mm: Optional[f
     if limit_mm is None:
         in_region = np.concatenate([vertex_errors[index][region] for index in worst + best])
         limit_mm = max(MIN_DEFAULT_LIMIT_MM, float(np.percentile(in_region, DEFAULT_LIMIT_PERCENTILE)))
-    panels = [FitErrorPanel(names[index], row, tuple(float(e) for e in errors[index]), vertex_errors[index])
+    # A shape fitted on top of another (shapes.CONTEXT_SHAPES) has the combined pose's error in
+    # fit_error_mm but only its own replay's residual per vertex; the caption says so.
+    context = [str(c) for c in fit["fit_context"]] if "fit_context" in fit else [""] * len(names)
+    captions = [f"{name} (on {context[i]})" if context[i] else name for i, name in enumerate(names)]
+    panels = [FitErrorPanel(captions[index], row, tuple(float(e) for e in errors[index]), vertex_errors[index])
               for row, chosen in (("worst", worst), ("best", best)) for index in chosen]
 
     camera = _front_camera(model, skin_vertices[region])
@@ -133,6 +137,8 @@ def fit_error_sheet(model: dict, fit: dict, count: int = 3, limit_mm: Optional[f
     if neutral.any():
         subtitle += f"; {_plural(int(neutral.sum()), 'neutral shape')} (moving no skin) left out"
     subtitle += "."
+    if any(captions[index] != names[index] for index in worst + best):
+        subtitle += "\n\"A (on B)\": A fitted on top of B; its numbers are those of the pose B + A, its colours A's own replay."
     image, boxes = _compose(images, panels, title, subtitle, limit_mm, colour_map, exceeded)
     panels = [dataclasses.replace(panel, box=box) for panel, box in zip(panels, boxes)]
     return FitErrorSheet(image, panels, float(limit_mm), len(fitted), int(neutral.sum()))
