@@ -194,8 +194,7 @@ class FaceSimulator:
         self.positions = np.asarray(model["rest_positions"], dtype=np.float64).reshape(-1).copy()
         self.velocity = np.zeros_like(self.positions)
         self._skin_triangles = np.asarray(model["skin_triangles"])
-        self._embedding_tets = np.asarray(model["tets"])[np.asarray(model["skin_embedding_tet"])]
-        self._embedding_weights = np.asarray(model["skin_embedding_weights"])
+        self.skin_embedding = SkinEmbedding.from_model(model)
         # The bone pose of the last frame (the rest pose before the first), where the next
         # frame's substeps start from.
         self._previous_head = np.eye(4)
@@ -205,7 +204,7 @@ class FaceSimulator:
         self.contact_response = None
         if collisions is not None:
             self.contact_response = ContactResponse(
-                collisions, SkinEmbedding.from_model(model), self._node_stiffness(),
+                collisions, self.skin_embedding, self._node_stiffness(),
                 self.constraints.dofs_per_node > 0, tolerance=s.contact_tolerance,
                 max_rounds=s.max_contact_rounds, stiffness_factor=s.contact_stiffness_factor,
                 hessian_layout=self.elasticity, margin=s.contact_margin)
@@ -223,7 +222,7 @@ class FaceSimulator:
     def skin_positions(self, positions=None) -> np.ndarray:
         """(V,3) rig vertices carried by the tets through the barycentric embedding."""
         nodes = (self.positions if positions is None else np.asarray(positions)).reshape(-1, 3)
-        return np.einsum("vk,vkd->vd", self._embedding_weights, nodes[self._embedding_tets])
+        return self.skin_embedding.skin_positions(nodes)
 
     def wind_force(self, positions=None) -> np.ndarray:
         """(3N,) nodal force of the wind: pressure ½ρ|w|²·C on skin triangles facing into it,
@@ -238,12 +237,13 @@ class FaceSimulator:
         facing = np.clip(-(normals @ direction), 0.0, None)
         pressure = 0.5 * AIR_DENSITY * WIND_DRAG_COEFFICIENT * speed ** 2
         triangle_force = (pressure * areas * facing)[:, None] * direction
-        vertex_force = np.zeros((len(self._embedding_weights), 3))
+        embedding = self.skin_embedding
+        vertex_force = np.zeros((len(embedding.weights), 3))
         for corner in range(3):
             np.add.at(vertex_force, self._skin_triangles[:, corner], triangle_force / 3.0)
         node_force = np.zeros((node_count, 3))
         for k in range(4):
-            np.add.at(node_force, self._embedding_tets[:, k], self._embedding_weights[:, k, None] * vertex_force)
+            np.add.at(node_force, embedding.nodes[:, k], embedding.weights[:, k, None] * vertex_force)
         return node_force.reshape(-1)
 
     # ------------------------------------------------------------------ frames
