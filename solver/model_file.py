@@ -114,3 +114,9 @@ def load_model(path) -> dict:
 
 def build_info(model: dict) -> dict:
     return json.loads(str(model["build_info"]))
+
+
+def model_landmarks(model: dict) -> dict:
+    """{landmark name: world position (3,) float64} of a model."""
+    positions = np.asarray(model["landmark_positions"], dtype=np.float64)
+    return {str(name): positions[index] for index, name in enumerate(model["landmark_names"])}

@@ -44,6 +44,7 @@ import numpy as np
 from ..geometry import triangle_normals_areas
 from ..model_builder.landmarks import HeadFrame, Landmarks
 from ..model_builder.mouth_cut import UPPER, find_mouth_slit
+from ..model_file import model_landmarks
 from .contacts import BonePose, ContactPlanes
 from .detection import SurfaceQuery, candidates_in_box, patch_penetrations
 
@@ -85,14 +86,13 @@ class LipSurfaces:
 
 
 def _landmarks(model):
-    names = [str(n) for n in model["landmark_names"]]
-    positions = np.asarray(model["landmark_positions"], dtype=np.float64)
+    landmarks = model_landmarks(model)
     needed = ("mouth_corner_L", "mouth_corner_R", "upper_lip", "lower_lip")
-    missing = [n for n in needed if n not in names]
+    missing = [n for n in needed if n not in landmarks]
     if missing:
         raise LipSurfaceError(f"the model lacks the landmarks {missing} needed to find the lips; "
                               "pass lip_vertices=(upper, lower) instead")
-    return {name: positions[names.index(name)] for name in names}
+    return landmarks
 
 
 def _frame(model):

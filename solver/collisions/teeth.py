@@ -51,6 +51,7 @@ from scipy.sparse.csgraph import connected_components
 
 from ..geometry import ClosestPointTree, WindingNumberTree, triangle_normals_areas, vertex_normals
 from ..model_builder.tetmesh import bcc_lattice
+from ..model_file import model_landmarks
 from .contacts import BonePose, ContactPlanes
 from .detection import (ClearanceGrid, SurfaceQuery, apply_transform, candidates_in_box, closed_penetrations,
                         inside_closed, rigid_inverse, rotate, transformed_box)
@@ -488,10 +489,10 @@ def _build_teeth_proxies(model, pad, spacing):
 
 
 def _landmark(model, name):
-    names = [str(n) for n in model["landmark_names"]]
-    if name not in names:
+    landmarks = model_landmarks(model)
+    if name not in landmarks:
         raise TeethProxyError(f"the model has no teeth meshes and no '{name}' landmark to place a teeth arch")
-    return np.asarray(model["landmark_positions"][names.index(name)], dtype=np.float64)
+    return landmarks[name]
 
 
 def landmark_arch_proxy(model, upper: bool, spacing=DEFAULT_SPACING):

@@ -33,6 +33,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from ..model_file import model_landmarks
 from ..rig import FaceRig
 from .fit import FitSettings, ShapeFit, ShapeFitter
 from .regularizers import neutral_activations
@@ -56,7 +57,7 @@ def face_region(model, rig: FaceRig) -> tuple[np.ndarray, str]:
     frame = np.asarray(model["head_frame"])
     local = (np.asarray(model["skin_vertices"]) - np.asarray(model["head_origin"])) @ frame.T
     hinge_forward = ((np.asarray(model["condyles"]) - np.asarray(model["head_origin"])) @ frame.T)[:, 2].mean()
-    landmarks = {str(n): p for n, p in zip(model["landmark_names"], model["landmark_positions"])}
+    landmarks = model_landmarks(model)
     menton_up = ((landmarks["menton"] - np.asarray(model["head_origin"])) @ frame.T)[1] if "menton" in landmarks \
         else local[:, 1].min()
     mask = (local[:, 2] > hinge_forward) & (local[:, 1] > menton_up - BELOW_MENTON_MARGIN)

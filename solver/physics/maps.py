@@ -26,6 +26,8 @@ from typing import Optional
 import numpy as np
 import scipy.sparse as sp
 
+from ..model_file import model_landmarks
+
 DEFAULT_DIFFUSION_STEPS = 10
 DEFAULT_DIFFUSION_TIME_STEP_M2 = 3e-6
 
@@ -269,10 +271,10 @@ def material_maps(model, fat=None, stiffness=None, density=None, paralysis=None,
 
 
 def _landmark(model, name) -> np.ndarray:
-    names = [str(n) for n in model["landmark_names"]]
-    if name not in names:
+    landmarks = model_landmarks(model)
+    if name not in landmarks:
         raise ValueError(f"the model has no landmark {name!r}, needed to place a preset map")
-    return np.asarray(model["landmark_positions"], dtype=np.float64)[names.index(name)]
+    return landmarks[name]
 
 
 def _bump(points, centres, radius) -> np.ndarray:

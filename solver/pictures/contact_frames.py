@@ -23,6 +23,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..model_file import model_landmarks
 from .raster import BACKGROUND, Camera, MeshLayer, add_legend, add_title, render_meshes, save_png, side_by_side
 from .views import SKIN_COLOUR, TEETH_COLOUR, HeadAxes
 
@@ -113,12 +114,10 @@ def _penetrating(scene, skin, pose) -> tuple[np.ndarray, float]:
 
 def _mouth(model, scene) -> tuple[np.ndarray, float]:
     """The mouth centre (world) and the mouth width (m) from the landmarks, else from the lips."""
-    names = [str(n) for n in model["landmark_names"]]
-    positions = np.asarray(model["landmark_positions"], dtype=np.float64)
-    if all(name in names for name in ("mouth_corner_L", "mouth_corner_R", "upper_lip", "lower_lip")):
-        at = lambda name: positions[names.index(name)]  # noqa: E731
-        return 0.5 * (at("upper_lip") + at("lower_lip")), float(np.linalg.norm(at("mouth_corner_L")
-                                                                                - at("mouth_corner_R")))
+    marks = model_landmarks(model)
+    if all(name in marks for name in ("mouth_corner_L", "mouth_corner_R", "upper_lip", "lower_lip")):
+        return 0.5 * (marks["upper_lip"] + marks["lower_lip"]), float(np.linalg.norm(marks["mouth_corner_L"]
+                                                                                      - marks["mouth_corner_R"]))
     lips = np.asarray(model["skin_vertices"])[np.union1d(scene.lips.upper_vertices, scene.lips.lower_vertices)]
     return 0.5 * (lips.min(0) + lips.max(0)), float(np.ptp(lips, axis=0).max())
 
