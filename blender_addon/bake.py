@@ -1,7 +1,12 @@
 """Putting a finished simulation onto the skin object: a Mesh Cache on a `.pc2`, or one shape
 key per frame keyed in the shape keys' action or in a new action. A bake first removes only
 what an earlier Face Physics bake made (our modifier, our `FP bake` shape keys, their F-curves,
-our action — giving back the action it displaced); the user's data is never touched."""
+our action — giving back the action it displaced); the user's data is never touched.
+
+Shape-key targets play *with* the user's own shape keys (relative keys add up), and when the
+shape keys drove the simulation they are animated over the baked range. So each baked key
+holds the simulated face minus what the user's keys add on its frame: played together, the
+mesh shows exactly the simulation, as the Mesh Cache (which overwrites) does."""
 from __future__ import annotations
 
 import os
@@ -29,6 +34,10 @@ def cache_path(obj) -> Path:
 
 def model_path(obj) -> Path:
     return cache_path(obj).with_name(cache_path(obj).stem + "_model.npz")
+
+
+def fit_path(obj) -> Path:
+    return cache_path(obj).with_name(cache_path(obj).stem + "_fit.npz")
 
 
 def relative(path: Path) -> str:
@@ -110,20 +119,48 @@ def _constant_interpolation(key, data_path: str) -> None:
 
 
 def _use_new_action(obj, key) -> None:
-    """Give the shape keys a new action for the bake, remembering the one they had."""
+    """Give the shape keys a new action for the bake, remembering the one they had. The new
+    action starts as a copy of the old one, so the user's own shape-key animation keeps playing
+    under the bake (the baked keys are corrections on top of it)."""
     animation = key.animation_data or key.animation_data_create()
-    obj.face_physics.previous_key_action = animation.action
-    animation.action = bpy.data.actions.new(f"{BAKE_ACTION_PREFIX}{obj.name}")
+    previous = animation.action
+    obj.face_physics.previous_key_action = previous
+    action = previous.copy() if previous is not None else bpy.data.actions.new(f"{BAKE_ACTION_PREFIX}{obj.name}")
+    action.name = f"{BAKE_ACTION_PREFIX}{obj.name}"
+    animation.action = action
+
+
+def _shape_key_offsets(obj, key_values: dict) -> np.ndarray:
+    """(T, V, 3) local offsets the user's relative shape keys add to the basis on each frame,
+    as Blender mixes them: Σ value × vertex-group weight × (key − its relative key)."""
+    from .scene_export import coordinates, user_key_blocks, vertex_group_weights
+    frames = len(next(iter(key_values.values())))
+    offsets = np.zeros((frames, len(obj.data.vertices), 3))
+    for block in user_key_blocks(obj):
+        values = key_values[block.name]
+        if not np.any(values != 0.0):
+            continue
+        delta = coordinates(block.data) - coordinates(block.relative_key.data)
+        mask = vertex_group_weights(obj, block.vertex_group)
+        if mask is not None:
+            delta *= mask[:, None]
+        offsets += values[:, None, None] * delta[None]
+    return offsets
 
 
 def bake_shape_keys(obj, local_frames: np.ndarray, first_frame: int, new_action: bool = False) -> int:
     """One shape key per frame, relative to the basis, keyed 1 on its frame and 0 elsewhere;
-    the keys go into the shape keys' action, or a new one of their own when `new_action`."""
+    the keys go into the shape keys' action, or a new one of their own when `new_action`.
+    Each key is the frame minus what the user's own shape keys add on that frame."""
+    from .scene_export import sample_key_values
     remove_previous_bake(obj)
     if obj.data.shape_keys is None:
         obj.shape_key_add(name="Basis", from_mix=False)
     key = obj.data.shape_keys
     basis = key.reference_key
+    key_values = sample_key_values(bpy.context, obj, first_frame, first_frame + len(local_frames) - 1)
+    if key_values and key.use_relative:
+        local_frames = local_frames - _shape_key_offsets(obj, key_values)
     if new_action:
         _use_new_action(obj, key)
     for offset, positions in enumerate(local_frames):

@@ -64,13 +64,14 @@ def bake_file(blend: str, object_names, solver_python: str, output: str) -> int:
 
 def _save_as_keeping_model_paths(output: str) -> None:
     """Save under the new name first, so caches land beside it; Blender remaps its own relative
-    paths on Save As but not the add-on's model path, so that one is carried over by hand."""
+    paths on Save As but not the add-on's model and fit paths, so those are carried over by hand."""
     import bpy
-    models = {obj.name: bpy.path.abspath(obj.face_physics.model_path) for obj in bpy.data.objects
-              if obj.type == 'MESH' and obj.face_physics.model_path}
+    fields = ("model_path", "fit_path")
+    paths = {(obj.name, field): bpy.path.abspath(getattr(obj.face_physics, field)) for obj in bpy.data.objects
+             if obj.type == 'MESH' for field in fields if getattr(obj.face_physics, field)}
     bpy.ops.wm.save_as_mainfile(filepath=output)
-    for name, path in models.items():
-        bpy.data.objects[name].face_physics.model_path = bpy.path.relpath(path)
+    for (name, field), path in paths.items():
+        setattr(bpy.data.objects[name].face_physics, field, bpy.path.relpath(path))
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -23,6 +23,10 @@ MODEL_FILE = "model.npz"
 ACTIVATIONS_FILE = "activations.npz"
 MAPS_FILE = "maps.npz"
 RESULT_FILE = "result.npz"
+FIT_FILE = "fit.npz"
+PREVIOUS_FIT_FILE = "previous_fit.npz"
+WEIGHTS_FILE = "weights.npz"
+COLLIDER_PREFIX = "collider"
 
 
 def new_job_folder(parent: Optional[str] = None) -> Path:
@@ -58,27 +62,73 @@ def write_build_job(job_dir, rig_arrays: Dict[str, np.ndarray], target_tets: int
                       {"target_tets": int(target_tets)})
 
 
-def place_model(job_dir, model_path) -> None:
-    """Put the model into the job folder: a hard link when possible (no copy of a large file),
-    else a copy. The solver only reads it, so the link cannot hurt the original."""
-    target = Path(job_dir) / MODEL_FILE
+def place_file(job_dir, source, name: str) -> None:
+    """Put a file the solver only reads into the job folder: a hard link when possible (no copy
+    of a large file), else a copy. The solver never writes inputs, so the link cannot hurt the
+    original."""
+    target = Path(job_dir) / name
     try:
-        os.link(model_path, target)
+        os.link(source, target)
     except OSError:
-        shutil.copyfile(model_path, target)
+        shutil.copyfile(source, target)
 
 
-def write_animate_job(job_dir, model_path, activations: Dict[str, np.ndarray],
-                      maps: Optional[Dict[str, np.ndarray]], settings: dict) -> Path:
-    """An animate job. `activations` holds the ACTIVATIONS.npz keys (muscle_contraction,
-    muscle_names, jaw, head_transforms, fps); `maps` the MAPS.npz keys or None."""
+def place_model(job_dir, model_path) -> None:
+    place_file(job_dir, model_path, MODEL_FILE)
+
+
+def write_fit_job(job_dir, model_path, rig_arrays: Dict[str, np.ndarray], shapes: Optional[Sequence[str]],
+                  processes: int, previous_fit=None) -> Path:
+    """A fit job: every shape key of the rig (`shapes` None) or the named ones; with
+    `previous_fit`, the earlier FIT.npz whose other shapes the new fit keeps."""
     job_dir = Path(job_dir)
     place_model(job_dir, model_path)
-    _write_npz(job_dir / ACTIVATIONS_FILE, activations)
-    inputs = {"model": MODEL_FILE, "activations": ACTIVATIONS_FILE}
+    _write_npz(job_dir / RIG_FILE, {**rig_arrays, "format_version": np.array(1, dtype=np.int64)})
+    inputs = {"model": MODEL_FILE, "rig": RIG_FILE}
+    if previous_fit is not None:
+        place_file(job_dir, previous_fit, PREVIOUS_FIT_FILE)
+        inputs["previous_fit"] = PREVIOUS_FIT_FILE
+    settings = {"jobs": int(processes)}
+    if shapes is not None:
+        settings["shapes"] = [str(name) for name in shapes]
+    return _write_job(job_dir, "fit", inputs, {"fit": FIT_FILE}, settings)
+
+
+def collider_file_name(index: int, object_name: str) -> str:
+    """`collider_<index>_<name>.npz`: the solver names the collider after the file, so its
+    messages say which object they mean."""
+    safe = "".join(character if character.isalnum() or character in "-_" else "_" for character in object_name)
+    return f"{COLLIDER_PREFIX}_{index}_{safe or 'object'}.npz"
+
+
+def write_animate_job(job_dir, model_path, activations: Optional[Dict[str, np.ndarray]],
+                      maps: Optional[Dict[str, np.ndarray]], settings: dict, fit_path=None,
+                      weights: Optional[Dict[str, np.ndarray]] = None,
+                      colliders: Sequence[Tuple[str, Dict[str, np.ndarray]]] = ()) -> Path:
+    """An animate job. `activations` holds the ACTIVATIONS.npz keys (muscle_contraction,
+    muscle_names, jaw, head_transforms, fps), or None; `fit_path` and `weights` (WEIGHTS.npz:
+    names, weights, fps, head_transforms) play shape-key values through a fit, with
+    `activations` (contractions only) added on top; `maps` the MAPS.npz keys or None;
+    `colliders` (object name, MESH.npz arrays) pairs."""
+    job_dir = Path(job_dir)
+    place_model(job_dir, model_path)
+    inputs = {"model": MODEL_FILE}
+    if fit_path is not None:
+        place_file(job_dir, fit_path, FIT_FILE)
+        _write_npz(job_dir / WEIGHTS_FILE, weights)
+        inputs.update(fit=FIT_FILE, weights=WEIGHTS_FILE)
+    if activations is not None:
+        _write_npz(job_dir / ACTIVATIONS_FILE, activations)
+        inputs["activations"] = ACTIVATIONS_FILE
     if maps:
         _write_npz(job_dir / MAPS_FILE, maps)
         inputs["maps"] = MAPS_FILE
+    if colliders:
+        names = []
+        for index, (object_name, arrays) in enumerate(colliders):
+            names.append(collider_file_name(index, object_name))
+            _write_npz(job_dir / names[-1], arrays)
+        inputs["colliders"] = names
     return _write_job(job_dir, "animate", inputs, {"result": RESULT_FILE}, dict(settings))
 
 
@@ -86,6 +136,24 @@ def read_result_positions(job_dir) -> np.ndarray:
     """Skin positions (T, V, 3) in metres from a finished animate job."""
     with np.load(Path(job_dir) / RESULT_FILE, allow_pickle=False) as result:
         return np.array(result["skin_positions"], dtype=np.float64)
+
+
+def read_fit_summary(fit_path) -> dict:
+    """Per fitted shape its errors (mean, 95th percentile, max in mm), status and context, read
+    without the solver (numpy only; FIT.npz is docs/inverse-physics.md)."""
+    with np.load(fit_path, allow_pickle=False) as fit:
+        names = [str(name) for name in fit["shape_key_names"]]
+        errors = np.asarray(fit["fit_error_mm"], dtype=np.float64).reshape(len(names), 3)
+        status = [str(text) for text in fit["status"]]
+        contexts = [str(text) for text in fit["fit_context"]] if "fit_context" in fit.files else [""] * len(names)
+        return {"shapes": [{"name": name, "error_mm": tuple(float(e) for e in errors[row]), "status": status[row],
+                            "context": contexts[row]} for row, name in enumerate(names)],
+                "tets": int(fit["tet_count"]), "skin_vertices": int(fit["skin_vertex_count"])}
+
+
+def read_fit_shape_names(fit_path) -> List[str]:
+    with np.load(fit_path, allow_pickle=False) as fit:
+        return [str(name) for name in fit["shape_key_names"]]
 
 
 def read_model_summary(model_path) -> dict:

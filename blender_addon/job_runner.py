@@ -36,6 +36,9 @@ class Job:
         self.status: Optional[str] = None          # from the `done` message
         self.fraction = 0.0
         self.message = "starting the solver"
+        # Per finished shape of a fit: {"shape", "error_mm", "status", "context"}; shown while the
+        # fit runs and kept out of the scene until it succeeds.
+        self.finished_shapes: List[dict] = []
         self.outcome: Optional[str] = None         # 'FINISHED' | 'CANCELLED' | 'FAILED'
         self.process = SolverProcess(command, env=solver_environment.solver_environment())
         _current = self
@@ -60,6 +63,9 @@ class Job:
                 self.message = str(message.get("message", ""))
                 if isinstance(message.get("fraction"), (int, float)):
                     self.fraction = float(message["fraction"])
+                if isinstance(message.get("shape"), str) and isinstance(message.get("error_mm"), list):
+                    self.finished_shapes.append({key: message.get(key) for key in
+                                                 ("shape", "error_mm", "status", "context")})
             elif kind == "warning":
                 self.warnings.append(str(message.get("message", "")))
             elif kind == "error":

@@ -1,14 +1,15 @@
 """Operators: each packs settings, hands work to the solver bridge and reports.
 
-Long work (build, bake, install) runs in a modal operator that polls the child process on a
+Long work (build, fit, bake, install) runs in a modal operator that polls the child process on a
 timer, so Blender never freezes; Esc or the panel's Cancel button stops it. In background
 mode (no window, farm bakes, tests) the same job runs to the end in the operator's call.
 """
 
 import os
-from typing import List
+from typing import List, Optional
 
 import bpy
+import numpy as np
 from bpy.props import EnumProperty, StringProperty
 
 from . import bake, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment
@@ -156,6 +157,12 @@ class FACE_PHYSICS_OT_build(_SolverJobOperator, bpy.types.Operator):
         settings.model_topology = self._topology
         settings.metres_per_unit = self._metres
         update_muscle_list(settings, job.result.get("muscles", []))
+        if settings.fit_path:
+            # The fit's activations index the old model's tets; the solver would refuse them.
+            settings.fit_path = ""
+            self.report({'INFO'}, "Face Physics: the earlier fit belonged to the previous model; fit the shape keys "
+                                  "again (Fit panel)")
+        refresh_fit_list(obj)
         if muscle_overlay.find_overlay(obj) is not None:
             muscle_overlay.create_overlay(obj)
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'model built')}")
@@ -176,6 +183,49 @@ def model_file(obj):
     return bpy.path.abspath(path) if path else ""
 
 
+def fit_file(obj):
+    """The object's FIT.npz when it has one on disk, else ''."""
+    path = obj.face_physics.fit_path
+    absolute = bpy.path.abspath(path) if path else ""
+    return absolute if absolute and os.path.isfile(absolute) else ""
+
+
+def refresh_fit_list(obj) -> None:
+    """The Fit panel's list: one row per exported shape key (in the mesh's order), keeping the
+    ticks, with each shape's errors from the current fit."""
+    settings = obj.face_physics
+    ticked = {item.name for item in settings.fit_shapes if item.selected}
+    mapping = scene_export.name_mapping(settings)
+    fitted = {}
+    if fit_file(obj):
+        fitted = {shape["name"]: shape for shape in job_files.read_fit_summary(fit_file(obj))["shapes"]}
+    settings.fit_shapes.clear()
+    listed = set()
+    for block in scene_export.user_key_blocks(obj):
+        name = preflight.solver_shape_key_name(block.name, mapping)
+        if name in listed:
+            continue
+        listed.add(name)
+        item = settings.fit_shapes.add()
+        item.name, item.key_name, item.selected = name, block.name, name in ticked
+        shape = fitted.get(name)
+        item.fitted = shape is not None
+        if shape is not None:
+            item.error_mean_mm, item.error_p95_mm, item.error_max_mm = shape["error_mm"]
+            item.status, item.context = shape["status"], shape["context"]
+    rows = [item for item in settings.fit_shapes if item.fitted]
+    if rows:
+        max(rows, key=lambda item: item.error_mean_mm).worst = True
+    settings.fit_index = min(settings.fit_index, max(len(settings.fit_shapes) - 1, 0))
+
+
+def _fit_preflight(context, obj) -> List[Finding]:
+    settings = obj.face_physics
+    if not settings.model_path or not os.path.isfile(model_file(obj)):
+        return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
+    return preflight.check_topology(scene_export.topology_signature(obj), settings.model_topology)
+
+
 def bake_preflight(context, obj) -> List[Finding]:
     settings = obj.face_physics
     findings = []
@@ -188,21 +238,49 @@ def bake_preflight(context, obj) -> List[Finding]:
     first, last = scene_export.frame_range(context, settings)
     if last < first:
         findings.append(Finding(ERROR, f"the frame range {first}–{last} is empty"))
+    if settings.animation_source == 'SHAPE_KEYS' and settings.fit_path:
+        if not fit_file(obj):
+            findings.append(Finding(ERROR, f"the fit file {settings.fit_path} is missing; fit the shape keys again "
+                                           f"(Fit panel)"))
+        elif job_files.read_fit_summary(fit_file(obj))["tets"] != settings.model_tets:
+            findings.append(Finding(ERROR, "the fit belongs to another model; fit the shape keys again (Fit panel)"))
+    findings += scene_export.collider_preflight(obj)
     return findings
 
 
 def start_bake_job(operator, context, obj):
-    """Export the animation and start the animate job (shared with the farm bake)."""
+    """Export the animation and start the animate job (shared with the farm bake). With a fit,
+    the shape keys' values drive the face (and moving muscle sliders add on top); without one,
+    the muscle contractions."""
     bake.cache_path(obj)
     if _report_findings(operator, bake_preflight(context, obj)):
         return None
     settings = obj.face_physics
     first, last = scene_export.frame_range(context, settings)
     metres = settings.metres_per_unit
-    activations = scene_export.sample_animation(context, obj, first, last, metres)
+    samples = scene_export.sample_frames(context, obj, first, last)
+    use_fit = settings.animation_source == 'SHAPE_KEYS' and bool(fit_file(obj))
+    findings, weights = [], None
+    if use_fit:
+        weights, findings = scene_export.weights_arrays(obj, samples, job_files.read_fit_shape_names(fit_file(obj)),
+                                                        metres)
+        activations = (scene_export.activations_arrays(obj, samples, metres, head=False)
+                       if scene_export.muscles_move(samples) else None)
+    else:
+        activations = scene_export.activations_arrays(obj, samples, metres)
+        moving = [name for name, values in samples.key_values.items() if np.any(values != 0.0)]
+        if settings.animation_source == 'SHAPE_KEYS' and moving:
+            findings.append(Finding(preflight.WARNING, f"no fit yet, so the shape keys ({', '.join(moving[:4])}"
+                                                       f"{' …' if len(moving) > 4 else ''}) do not drive the bake; "
+                                                       f"press Fit All in the Fit panel"))
+    colliders, collider_findings = scene_export.collider_arrays(obj, samples, metres)
+    if _report_findings(operator, findings + collider_findings):
+        return None
     job_dir = job_files.new_job_folder()
     job_files.write_animate_job(job_dir, model_file(obj), activations, scene_export.export_maps(obj),
-                                scene_export.simulation_settings(obj))
+                                scene_export.simulation_settings(context, obj, with_fit=use_fit),
+                                fit_path=fit_file(obj) if use_fit else None, weights=weights,
+                                colliders=colliders)
     return Job(f"bake {last - first + 1} frames",
                solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
 
@@ -271,20 +349,112 @@ class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'solver installed')}")
 
 
-class FACE_PHYSICS_OT_fit(bpy.types.Operator):
-    """Fit muscle activations to the shape keys (inverse physics)"""
+def fit_shape_selection(obj, scope: str, shapes_text: str = "") -> Optional[List[str]]:
+    """The shape keys (solver spelling) a fit job is asked for: None = all of them."""
+    settings = obj.face_physics
+    exported = [preflight.solver_shape_key_name(block.name, scene_export.name_mapping(settings))
+                for block in scene_export.user_key_blocks(obj)]
+    if shapes_text.strip():
+        names = [name.strip() for name in shapes_text.split(",") if name.strip()]
+    elif scope == 'SELECTED':
+        names = [item.name for item in settings.fit_shapes if item.selected]
+        if not names:
+            raise ValueError("no shape key is ticked in the Fit list; tick the ones to fit, or press Fit All")
+    else:
+        return None
+    unknown = [name for name in names if name not in exported]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not shape keys of '{obj.name}' (after the name mapping); press "
+                         f"Update List in the Fit panel")
+    return names
+
+
+def start_fit_job(operator, context, obj, scope: str, shapes_text: str = ""):
+    """Export the rig and start the fit job (shared by the operator and the tests). Nothing in
+    the scene changes here; the operator applies the fit only when the job succeeded."""
+    bake.fit_path(obj)   # fails early, with the reason, when the .blend is unsaved
+    if _report_findings(operator, _fit_preflight(context, obj)):
+        return None
+    rig, findings = scene_export.export_rig(context, obj)
+    if _report_findings(operator, findings):
+        return None
+    if not len(rig["shape_key_names"]):
+        raise ValueError(f"'{obj.name}' has no shape keys to fit")
+    names = fit_shape_selection(obj, scope, shapes_text)
+    # Fitting some shapes keeps the others of the current fit; fitting all starts afresh.
+    previous = fit_file(obj) if names is not None else ""
+    job_dir = job_files.new_job_folder()
+    job_files.write_fit_job(job_dir, model_file(obj), rig, names, obj.face_physics.fit_processes,
+                            previous_fit=previous or None)
+    count = len(rig["shape_key_names"]) if names is None else len(names)
+    return Job(f"fit {count} shape key{'s' * (count != 1)}",
+               solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+
+
+class FACE_PHYSICS_OT_fit(_SolverJobOperator, bpy.types.Operator):
+    """Fit muscle activations and the jaw to the shape keys (inverse physics), in the background.
+    A bake then plays the shape keys' values through the fit"""
     bl_idname = "face_physics.fit"
     bl_label = "Fit Shape Keys"
     bl_options = {'REGISTER', 'UNDO'}
 
+    scope: EnumProperty(name="Shape keys", items=(
+        ('ALL', "All", "Every shape key of the skin; replaces the current fit"),
+        ('SELECTED', "Selected", "The shape keys ticked in the Fit list; the current fit keeps the others")))
+    shapes: StringProperty(name="Shapes", options={'SKIP_SAVE'},
+                           description="Comma-separated shape keys as the solver spells them (mouthSmile_L); "
+                                       "overrides the scope, for scripts")
+
     @classmethod
     def poll(cls, context):
-        cls.poll_message_set("Fitting is not wired into the add-on yet: it needs a `fit` job in the solver's "
-                             "job runner (inverse physics, issue 4)")
-        return False
+        if not _solver_poll(cls, context):
+            return False
+        obj = skin_object(context)
+        if not obj.face_physics.model_path:
+            cls.poll_message_set("Build the model first (Model panel)")
+            return False
+        if obj.data.shape_keys is None:
+            cls.poll_message_set("The skin has no shape keys to fit")
+            return False
+        return True
+
+    def start(self, context):
+        obj = skin_object(context)
+        self._object_name = obj.name
+        return start_fit_job(self, context, obj, self.scope, self.shapes)
+
+    def apply(self, context, job):
+        obj = bpy.data.objects[self._object_name]
+        destination = bake.fit_path(obj)
+        job_files.install_file(job.job_dir / job_files.FIT_FILE, destination)
+        obj.face_physics.fit_path = bake.relative(destination)
+        refresh_fit_list(obj)
+        self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'shape keys fitted')}")
+
+
+class FACE_PHYSICS_OT_fit_list(bpy.types.Operator):
+    """Update the Fit list from the skin's shape keys, or tick all or none of them"""
+    bl_idname = "face_physics.fit_list"
+    bl_label = "Fit List"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    action: EnumProperty(items=(('UPDATE', "Update List", "List the skin's shape keys as they are now"),
+                                ('SELECT_ALL', "Tick All", "Tick every shape key"),
+                                ('SELECT_NONE', "Tick None", "Untick every shape key")))
+
+    @classmethod
+    def poll(cls, context):
+        obj = skin_object(context)
+        return obj is not None and obj.data.shape_keys is not None
 
     def execute(self, context):
-        return {'CANCELLED'}
+        obj = skin_object(context)
+        if self.action == 'UPDATE':
+            refresh_fit_list(obj)
+        else:
+            for item in obj.face_physics.fit_shapes:
+                item.selected = self.action == 'SELECT_ALL'
+        return {'FINISHED'}
 
 
 class FACE_PHYSICS_OT_palsy_preset(bpy.types.Operator):
@@ -408,7 +578,7 @@ class FACE_PHYSICS_OT_map_shape_key_names(bpy.types.Operator):
 
 
 class FACE_PHYSICS_OT_collider_add(bpy.types.Operator):
-    """Add a collider slot (collisions arrive with issue 5)"""
+    """Add a collider slot (a closed mesh the skin may not enter), or remove the active one"""
     bl_idname = "face_physics.collider_add"
     bl_label = "Add Collider"
     bl_options = {'REGISTER', 'UNDO'}
@@ -479,6 +649,6 @@ class FACE_PHYSICS_OT_import_rig(bpy.types.Operator):
 
 
 CLASSES = (FACE_PHYSICS_OT_build, FACE_PHYSICS_OT_bake, FACE_PHYSICS_OT_cancel_job, FACE_PHYSICS_OT_install_solver,
-           FACE_PHYSICS_OT_fit, FACE_PHYSICS_OT_palsy_preset, FACE_PHYSICS_OT_zombie_preset,
+           FACE_PHYSICS_OT_fit, FACE_PHYSICS_OT_fit_list, FACE_PHYSICS_OT_palsy_preset, FACE_PHYSICS_OT_zombie_preset,
            FACE_PHYSICS_OT_paint_map, FACE_PHYSICS_OT_check, FACE_PHYSICS_OT_map_shape_key_names,
            FACE_PHYSICS_OT_collider_add, FACE_PHYSICS_OT_muscle_overlay, FACE_PHYSICS_OT_import_rig)

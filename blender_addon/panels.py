@@ -78,6 +78,31 @@ class FACE_PHYSICS_UL_names(bpy.types.UIList):
         row.prop(item, "arkit_name", text="")
 
 
+def _error_text(mean: float, p95: float, worst: float) -> str:
+    return f"{mean:.2f} / {p95:.2f} / {worst:.2f}"
+
+
+class FACE_PHYSICS_UL_fit_shapes(bpy.types.UIList):
+    """Shape keys with a tick for Fit Selected and, once fitted, mean / 95th / max error in mm."""
+
+    def draw_item(self, context, layout, data, item, icon, active_data, active_property, index=0, flt_flag=0):
+        row = layout.row(align=True)
+        row.alert = item.worst
+        row.prop(item, "selected", text="")
+        label = item.name if item.key_name in ("", item.name) else f"{item.name} ({item.key_name})"
+        if item.context:
+            label += f" on {item.context}"
+        split = row.split(factor=0.58, align=True)
+        split.label(text=label)
+        if not item.fitted:
+            split.label(text="not fitted")
+        elif item.status != "fitted":
+            split.label(text="neutral", icon='INFO')
+        else:
+            split.label(text=_error_text(item.error_mean_mm, item.error_p95_mm, item.error_max_mm),
+                        icon='ERROR' if item.worst else 'NONE')
+
+
 class FACE_PHYSICS_UL_colliders(bpy.types.UIList):
     def draw_item(self, context, layout, data, item, icon, active_data, active_property, index=0, flt_flag=0):
         layout.prop(item, "collider", text="")
@@ -132,10 +157,45 @@ class VIEW3D_PT_face_physics_fit(_FacePhysicsPanel, bpy.types.Panel):
 
     def draw(self, context):
         layout = self.layout
-        settings = context.active_object.face_physics
-        layout.template_list("FACE_PHYSICS_UL_names", "fit", settings, "fit_errors", settings, "fit_index", rows=2)
-        layout.operator("face_physics.fit", icon='CON_KINEMATIC')
-        layout.label(text="Fitting arrives with the solver's fit command (issue 4)", icon='INFO')
+        obj = context.active_object
+        settings = obj.face_physics
+        draw_job_status(layout, context)
+        job = current_job()
+        if job is not None and job.finished_shapes:
+            box = layout.box()
+            box.label(text=f"{job.description}: {len(job.finished_shapes)} done", icon='TIME')
+            column = box.column(align=True)
+            for shape in job.finished_shapes[-8:]:
+                errors = shape.get("error_mm") or [0.0, 0.0, 0.0]
+                column.label(text=f"{shape['shape']}: {_error_text(*errors)} mm")
+        if obj.data.shape_keys is None:
+            layout.label(text="The skin has no shape keys to fit", icon='INFO')
+            return
+        row = layout.row()
+        row.label(text="Shape key")
+        row.label(text="mean / 95th / max mm")
+        row = layout.row()
+        row.template_list("FACE_PHYSICS_UL_fit_shapes", "", settings, "fit_shapes", settings, "fit_index", rows=4)
+        column = row.column(align=True)
+        column.operator("face_physics.fit_list", text="", icon='FILE_REFRESH').action = 'UPDATE'
+        column.operator("face_physics.fit_list", text="", icon='CHECKBOX_HLT').action = 'SELECT_ALL'
+        column.operator("face_physics.fit_list", text="", icon='CHECKBOX_DEHLT').action = 'SELECT_NONE'
+        row = layout.row(align=True)
+        row.operator("face_physics.fit", text="Fit All", icon='CON_KINEMATIC').scope = 'ALL'
+        row.operator("face_physics.fit", text="Fit Selected").scope = 'SELECTED'
+        layout.prop(settings, "fit_processes")
+        fitted = [item for item in settings.fit_shapes if item.fitted]
+        if settings.fit_path:
+            box = layout.box()
+            box.label(text=f"{len(fitted)} shape keys fitted", icon='CHECKMARK')
+            box.label(text=settings.fit_path, icon='FILE')
+            worst = next((item for item in fitted if item.worst), None)
+            if worst is not None:
+                row = box.row()
+                row.alert = worst.error_mean_mm > 1.0
+                row.label(text=f"Worst: {worst.name}, mean {worst.error_mean_mm:.2f} mm")
+        elif settings.model_path:
+            layout.label(text="No fit: bakes follow the muscle sliders", icon='INFO')
 
 
 class VIEW3D_PT_face_physics_muscles(_FacePhysicsPanel, bpy.types.Panel):
@@ -203,18 +263,20 @@ class VIEW3D_PT_face_physics_collisions(_FacePhysicsPanel, bpy.types.Panel):
     def draw(self, context):
         layout = self.layout
         settings = context.active_object.face_physics
-        layout.label(text="Saved with the file; the solver uses them once collisions land (issue 5)",
-                     icon='INFO')
         row = layout.row()
         row.prop(settings, "teeth_contact")
         row.prop(settings, "lip_contact")
+        layout.label(text="Colliders (closed meshes):")
         row = layout.row()
         row.template_list("FACE_PHYSICS_UL_colliders", "", settings, "colliders", settings, "collider_index",
                           rows=2)
         column = row.column(align=True)
         column.operator("face_physics.collider_add", text="", icon='ADD').remove = False
         column.operator("face_physics.collider_add", text="", icon='REMOVE').remove = True
-        layout.prop(settings, "collision_padding")
+        row = layout.row()
+        row.enabled = settings.teeth_contact
+        row.prop(settings, "teeth_padding")
+        layout.prop(settings, "contact_solver")
 
 
 class VIEW3D_PT_face_physics_dynamics(_FacePhysicsPanel, bpy.types.Panel):
@@ -248,13 +310,20 @@ class VIEW3D_PT_face_physics_bake(_FacePhysicsPanel, bpy.types.Panel):
         row.enabled = not settings.use_scene_range
         row.prop(settings, "frame_start")
         row.prop(settings, "frame_end")
+        layout.prop(settings, "animation_source")
+        has_fit = bool(settings.fit_path)
+        row = layout.row()
+        row.enabled = has_fit and settings.animation_source == 'SHAPE_KEYS'
+        row.prop(settings, "use_detail")
+        if settings.animation_source == 'SHAPE_KEYS' and not has_fit:
+            layout.label(text="No fit yet: the muscle sliders drive the bake", icon='INFO')
         layout.prop(settings, "bake_target")
         layout.operator("face_physics.bake", icon='RENDER_ANIMATION')
         if settings.baked_target:
             layout.label(text=f"Baked: {settings.baked_target}", icon='CHECKMARK')
 
 
-CLASSES = (FACE_PHYSICS_UL_muscles, FACE_PHYSICS_UL_names, FACE_PHYSICS_UL_colliders,
+CLASSES = (FACE_PHYSICS_UL_muscles, FACE_PHYSICS_UL_names, FACE_PHYSICS_UL_fit_shapes, FACE_PHYSICS_UL_colliders,
            VIEW3D_PT_face_physics_model, VIEW3D_PT_face_physics_fit, VIEW3D_PT_face_physics_muscles,
            VIEW3D_PT_face_physics_fat, VIEW3D_PT_face_physics_stiffness, VIEW3D_PT_face_physics_collisions,
            VIEW3D_PT_face_physics_dynamics, VIEW3D_PT_face_physics_bake)

@@ -29,7 +29,13 @@ ARKIT_SHAPE_KEYS = (
 )
 
 
+# These move the jaw or the mouth towards a side; they are one shape each, not a left/right pair.
+DIRECTION_SHAPE_KEYS = frozenset({"jawLeft", "jawRight", "mouthLeft", "mouthRight"})
+
+
 def _solver_spelling(name: str) -> str:
+    if name in DIRECTION_SHAPE_KEYS:
+        return name
     for long, short in (("Left", "_L"), ("Right", "_R")):
         if name.endswith(long):
             return name[: -len(long)] + short

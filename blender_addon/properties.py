@@ -30,7 +30,24 @@ class FACE_PHYSICS_PG_name_mapping(bpy.types.PropertyGroup):
 
 
 class FACE_PHYSICS_PG_collider(bpy.types.PropertyGroup):
-    collider: PointerProperty(name="Collider", type=bpy.types.Object, poll=_is_mesh)
+    collider: PointerProperty(name="Collider", type=bpy.types.Object, poll=_is_mesh,
+                              description="A closed mesh the skin may not enter (a hand, a headset, a pillow). "
+                                          "Its evaluated shape at the first baked frame moves rigidly with the "
+                                          "object's transform; bones and shape keys inside it are not followed")
+
+
+class FACE_PHYSICS_PG_fit_shape(bpy.types.PropertyGroup):
+    # `name` (built in) is the shape key as the solver spells it (mouthSmile_L).
+    key_name: StringProperty(description="The shape key in the mesh")
+    selected: BoolProperty(name="Fit", description="Fit this shape key with Fit Selected")
+    fitted: BoolProperty(description="The current fit has this shape key")
+    error_mean_mm: FloatProperty(name="Mean (mm)", description="Mean distance between the physics fit and the "
+                                                              "shape key on the face region, mm")
+    error_p95_mm: FloatProperty(name="95th (mm)", description="95th percentile of that distance, mm")
+    error_max_mm: FloatProperty(name="Max (mm)", description="Largest distance, mm")
+    status: StringProperty(description="'fitted', or why the shape was left neutral")
+    context: StringProperty(description="The shape key this one was fitted on top of (jawOpen for mouthClose)")
+    worst: BoolProperty(description="The shape key with the largest mean error")
 
 
 class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
@@ -56,9 +73,14 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     model_nodes: IntProperty(name="Nodes")
     model_topology: StringProperty(description="Fingerprint of the mesh the model was built from")
     metres_per_unit: FloatProperty(default=1.0, description="Rig metres per local unit at build time")
-    # Fit (issue 4): the list exists so files keep their layout when fitting lands.
-    fit_errors: CollectionProperty(type=FACE_PHYSICS_PG_name_mapping)
+    # Fit
+    fit_path: StringProperty(name="Fit", description="The FIT.npz of the model's shape keys ('//' = beside the "
+                                                     ".blend)")
+    fit_shapes: CollectionProperty(type=FACE_PHYSICS_PG_fit_shape)
     fit_index: IntProperty()
+    fit_processes: IntProperty(name="Processes", default=2, min=1, max=64,
+                               description="Shape keys fitted at the same time, each in a process of its own "
+                                           "using one core")
     # Muscles
     muscles: CollectionProperty(type=FACE_PHYSICS_PG_muscle)
     muscle_index: IntProperty()
@@ -77,12 +99,24 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     density_group: StringProperty(name="Density map")
     density_range: FloatVectorProperty(name="Density ×", size=2, default=(1.0, 1.0), min=0.01, max=100.0,
                                        description="Multiplier where the map is 0 and where it is 1")
-    # Collisions (issue 5: stored, not yet sent)
-    teeth_contact: BoolProperty(name="Teeth contact", default=True)
-    lip_contact: BoolProperty(name="Lip contact", default=True)
+    # Collisions
+    teeth_contact: BoolProperty(name="Teeth contact", default=True,
+                                description="Keep the lips and cheeks out of the teeth (the model's teeth, or an "
+                                            "arch estimated from the lips when it has none)")
+    lip_contact: BoolProperty(name="Lip contact", default=True,
+                              description="Keep each lip out of the other")
     colliders: CollectionProperty(type=FACE_PHYSICS_PG_collider)
     collider_index: IntProperty()
-    collision_padding: FloatProperty(name="Padding", default=0.0005, min=0.0, max=0.01, subtype='DISTANCE')
+    # The solver pads only the teeth proxies; props are used as they are (docs/collisions.md).
+    teeth_padding: FloatProperty(
+        name="Teeth padding", default=0.001, min=0.0001, max=0.01, subtype='DISTANCE', unit='LENGTH', precision=4,
+        description="Thickness added around the teeth meshes before contact: the gum and lip lining between "
+                    "skin and enamel. Colliders get no padding: the solver uses their surface as it is, so grow "
+                    "the mesh (e.g. a Displace modifier) to pad one. The arch estimated for a model without "
+                    "teeth is not padded either")
+    contact_solver: EnumProperty(name="Contact solver", items=(
+        ('NEWTON', "Newton", "Contacts as an augmented Lagrangian inside Newton's method (faster)"),
+        ('IPOPT', "IPOPT", "Contacts as exact linear inequalities solved by IPOPT (slower)")))
     # Dynamics
     dynamics: EnumProperty(name="Mode", items=(('QUASI_STATIC', "Quasi-static", "Each frame at rest"),
                                                ('DYNAMIC', "Dynamic", "Backward-Euler dynamics: inertia, jiggle")))
@@ -95,6 +129,14 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     wind_speed: FloatProperty(name="Wind speed (m/s)", default=0.0, min=0.0, max=100.0)
     substeps: IntProperty(name="Substeps", default=1, min=1, max=100)
     # Bake
+    animation_source: EnumProperty(name="Drive", items=(
+        ('SHAPE_KEYS', "Shape keys", "The skin's shape-key values on each frame (keyframes, drivers), played through "
+                                     "the fit; the muscle contraction sliders add on top. Without a fit, the muscle "
+                                     "contractions alone"),
+        ('MUSCLES', "Muscles only", "Only the muscle contraction sliders; the shape keys are ignored")))
+    use_detail: BoolProperty(name="Detail correction", default=True,
+                             description="Add back what the tet mesh cannot show of each shape key (the fit's "
+                                         "residual, weighted like the shape keys); off = physics only")
     use_scene_range: BoolProperty(name="Scene range", default=True)
     frame_start: IntProperty(name="Start", default=1)
     frame_end: IntProperty(name="End", default=24)
@@ -118,7 +160,7 @@ class FACE_PHYSICS_PG_job(bpy.types.PropertyGroup):
 
 
 CLASSES = (FACE_PHYSICS_PG_muscle, FACE_PHYSICS_PG_name_mapping, FACE_PHYSICS_PG_collider,
-           FACE_PHYSICS_PG_object, FACE_PHYSICS_PG_job)
+           FACE_PHYSICS_PG_fit_shape, FACE_PHYSICS_PG_object, FACE_PHYSICS_PG_job)
 
 
 def register():

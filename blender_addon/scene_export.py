@@ -6,6 +6,7 @@ object's uniform scale), so a result maps back onto the mesh by one division.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -26,7 +27,7 @@ def metres_per_unit(context, obj) -> Tuple[float, List[Finding]]:
     return float(unit * np.abs(scale).mean()), findings
 
 
-def _coordinates(points) -> np.ndarray:
+def coordinates(points) -> np.ndarray:
     values = np.empty(len(points) * 3, dtype=np.float32)
     points.foreach_get("co", values)
     return values.reshape(-1, 3).astype(np.float64)
@@ -63,8 +64,8 @@ def triangles_of(faces: np.ndarray) -> np.ndarray:
 def rest_coordinates(mesh) -> np.ndarray:
     """Local rest positions: the basis shape key when there are shape keys, else the vertices."""
     if mesh.shape_keys is not None:
-        return _coordinates(mesh.shape_keys.reference_key.data)
-    return _coordinates(mesh.vertices)
+        return coordinates(mesh.shape_keys.reference_key.data)
+    return coordinates(mesh.vertices)
 
 
 def topology_signature(obj) -> str:
@@ -81,9 +82,9 @@ def shape_keys(obj, mapping: Dict[str, str]) -> Tuple[List[str], List[str], np.n
     if mesh.shape_keys is None:
         return [], [], np.zeros((0, len(mesh.vertices), 3))
     basis = mesh.shape_keys.reference_key
-    rest = _coordinates(basis.data)
-    blocks = [block for block in mesh.shape_keys.key_blocks if block != basis and not _is_bake_key(block.name)]
-    deltas = np.stack([_coordinates(block.data) - rest for block in blocks]) if blocks else \
+    rest = coordinates(basis.data)
+    blocks = user_key_blocks(obj)
+    deltas = np.stack([coordinates(block.data) - rest for block in blocks]) if blocks else \
         np.zeros((0, len(rest), 3))
     names = [block.name for block in blocks]
     return names, [preflight.solver_shape_key_name(name, mapping) for name in names], deltas
@@ -111,9 +112,30 @@ def vertex_group_weights(obj, group_name: str) -> Optional[np.ndarray]:
 
 def _mesh_in_rig_frame(skin, other, scale: float) -> Tuple[np.ndarray, np.ndarray]:
     to_skin = np.array(skin.matrix_world.inverted() @ other.matrix_world, dtype=np.float64)
-    local = _coordinates(other.data.vertices)
+    local = coordinates(other.data.vertices)
     points = local @ to_skin[:3, :3].T + to_skin[:3, 3]
     return points * scale, mesh_faces(other.data)
+
+
+def _shape_key_layout_findings(obj) -> List[Finding]:
+    """Shape keys whose effect in Blender differs from the exported difference to the basis."""
+    key = obj.data.shape_keys
+    if key is None:
+        return []
+    if not key.use_relative:
+        return [Finding(ERROR, "the shape keys are absolute (Relative is off in the Shape Keys panel); Face "
+                               "Physics needs relative shape keys")]
+    relative_to_other = [block.name for block in user_key_blocks(obj) if block.relative_key != key.reference_key]
+    masked = [block.name for block in user_key_blocks(obj) if block.vertex_group]
+    findings = []
+    if relative_to_other:
+        findings.append(Finding(preflight.WARNING, f"shape keys {', '.join(relative_to_other[:6])} are relative to "
+                                                   f"another key, not the basis; they are exported as their "
+                                                   f"difference to the basis"))
+    if masked:
+        findings.append(Finding(preflight.WARNING, f"shape keys {', '.join(masked[:6])} are limited to a vertex "
+                                                   f"group; they are exported without it"))
+    return findings
 
 
 def export_rig(context, obj) -> Tuple[Dict[str, np.ndarray], List[Finding]]:
@@ -127,6 +149,7 @@ def export_rig(context, obj) -> Tuple[Dict[str, np.ndarray], List[Finding]]:
     original, exported, deltas = shape_keys(obj, mapping)
     findings += preflight.check_geometry(vertices, triangles_of(faces))
     findings += preflight.check_shape_key_names(original, mapping)
+    findings += _shape_key_layout_findings(obj)
     repeated = sorted({name for name in exported if exported.count(name) > 1})
     if repeated:
         findings.append(Finding(ERROR, f"several shape keys export as {repeated[0]!r}; fix the name mapping"))
@@ -168,31 +191,197 @@ def frame_range(context, settings) -> Tuple[int, int]:
     return settings.frame_start, settings.frame_end
 
 
-def sample_animation(context, obj, first: int, last: int, metres: float) -> Dict[str, np.ndarray]:
-    """ACTIVATIONS.npz arrays: the muscles' contraction properties and the head's motion per
-    frame, evaluated by stepping the scene (so F-curves and drivers both count). The scene's
-    current frame is restored afterwards."""
+def user_key_blocks(obj) -> list:
+    """The user's own shape keys: every key block but the basis and our baked ones."""
+    key = obj.data.shape_keys
+    if key is None:
+        return []
+    return [block for block in key.key_blocks if block != key.reference_key and not _is_bake_key(block.name)]
+
+
+def collider_objects(obj) -> list:
+    """The collider objects of the panel's list, in order, without empty slots."""
+    return [item.collider for item in obj.face_physics.colliders if item.collider is not None]
+
+
+@dataclass
+class FrameSamples:
+    """What the scene holds on each frame of a bake range, read by stepping the scene (so
+    keyframes and drivers both count)."""
+    first: int
+    contractions: np.ndarray                   # (T, m) the muscles' contraction properties
+    key_values: Dict[str, np.ndarray]          # Blender shape-key name → (T,) evaluated value (0 when muted)
+    skin_worlds: np.ndarray                    # (T, 4, 4)
+    head_worlds: np.ndarray                    # (T, 4, 4)
+    collider_worlds: List[np.ndarray]          # per collider (T, 4, 4)
+    collider_meshes: List[Tuple[np.ndarray, np.ndarray]]   # per collider: local vertices, triangles at `first`
+    fps: float
+
+    @property
+    def frame_count(self) -> int:
+        return len(self.skin_worlds)
+
+
+def _evaluated_triangle_mesh(obj, depsgraph) -> Tuple[np.ndarray, np.ndarray]:
+    """(local vertices, triangles) of an object's evaluated mesh (modifiers applied)."""
+    evaluated = obj.evaluated_get(depsgraph)
+    mesh = evaluated.to_mesh()
+    try:
+        mesh.calc_loop_triangles()
+        triangles = np.empty(len(mesh.loop_triangles) * 3, dtype=np.int32)
+        mesh.loop_triangles.foreach_get("vertices", triangles)
+        return coordinates(mesh.vertices), triangles.reshape(-1, 3).astype(np.int64)
+    finally:
+        evaluated.to_mesh_clear()
+
+
+def sample_frames(context, obj, first: int, last: int) -> FrameSamples:
+    """Step the scene through [first, last] and read the animation; the scene's current frame
+    is restored afterwards."""
     scene = context.scene
     settings = obj.face_physics
-    names = [muscle.name for muscle in settings.muscles]
+    blocks = user_key_blocks(obj)
+    colliders = collider_objects(obj)
     original_frame, original_subframe = scene.frame_current, scene.frame_subframe
-    contraction, skin_worlds, head_worlds = [], [], []
+    contractions, skin_worlds, head_worlds = [], [], []
+    values = {block.name: [] for block in blocks}
+    collider_worlds = [[] for _ in colliders]
+    collider_meshes = []
     try:
         for frame in range(first, last + 1):
             scene.frame_set(frame)
-            contraction.append([muscle.contraction for muscle in settings.muscles])
+            depsgraph = context.evaluated_depsgraph_get()
+            contractions.append([muscle.contraction for muscle in settings.muscles])
             skin_worlds.append(np.array(obj.matrix_world, dtype=np.float64))
             head = settings.head_object
             head_worlds.append(np.array(head.matrix_world, dtype=np.float64) if head else skin_worlds[-1])
+            _append_key_values(obj, blocks, depsgraph, values)
+            for index, collider in enumerate(colliders):
+                collider_worlds[index].append(np.array(collider.matrix_world, dtype=np.float64))
+                if frame == first:
+                    collider_meshes.append(_evaluated_triangle_mesh(collider, depsgraph))
     finally:
         scene.frame_set(original_frame, subframe=original_subframe)
     frames = last - first + 1
-    fps = scene.render.fps / (scene.render.fps_base or 1.0)
-    return {"muscle_contraction": np.array(contraction, dtype=np.float64).reshape(frames, len(names)),
-            "muscle_names": np.array(names, dtype=str),
-            "jaw": np.zeros((frames, 5)),
-            "head_transforms": head_motion.head_transforms_in_rig_frame(skin_worlds, head_worlds, metres),
-            "fps": np.float64(fps)}
+    return FrameSamples(first=first,
+                        contractions=np.array(contractions, dtype=np.float64).reshape(frames, len(settings.muscles)),
+                        key_values={name: np.array(series) for name, series in values.items()},
+                        skin_worlds=np.array(skin_worlds), head_worlds=np.array(head_worlds),
+                        collider_worlds=[np.array(worlds) for worlds in collider_worlds],
+                        collider_meshes=collider_meshes, fps=scene.render.fps / (scene.render.fps_base or 1.0))
+
+
+def _append_key_values(obj, blocks, depsgraph, values: Dict[str, list]) -> None:
+    if blocks:
+        # Read from the evaluated key: drivers are certain to have run there.
+        evaluated = obj.data.shape_keys.evaluated_get(depsgraph).key_blocks
+        for block in blocks:
+            values[block.name].append(0.0 if block.mute else float(evaluated[block.name].value))
+
+
+def sample_key_values(context, obj, first: int, last: int) -> Dict[str, np.ndarray]:
+    """Blender shape-key name → (T,) value on each frame of [first, last] ({} without keys);
+    the scene's current frame is restored afterwards."""
+    blocks = user_key_blocks(obj)
+    if not blocks:
+        return {}
+    scene = context.scene
+    values = {block.name: [] for block in blocks}
+    original_frame, original_subframe = scene.frame_current, scene.frame_subframe
+    try:
+        for frame in range(first, last + 1):
+            scene.frame_set(frame)
+            _append_key_values(obj, blocks, context.evaluated_depsgraph_get(), values)
+    finally:
+        scene.frame_set(original_frame, subframe=original_subframe)
+    return {name: np.array(series) for name, series in values.items()}
+
+
+def _head_transforms(samples: FrameSamples, metres: float) -> np.ndarray:
+    return head_motion.head_transforms_in_rig_frame(samples.skin_worlds, samples.head_worlds, metres)
+
+
+def activations_arrays(obj, samples: FrameSamples, metres: float, head: bool = True) -> Dict[str, np.ndarray]:
+    """ACTIVATIONS.npz: every muscle's contraction per frame, the jaw at rest, and (with `head`)
+    the head's motion relative to the skin."""
+    frames = samples.frame_count
+    arrays = {"muscle_contraction": samples.contractions,
+              "muscle_names": np.array([muscle.name for muscle in obj.face_physics.muscles], dtype=str),
+              "jaw": np.zeros((frames, 5)), "fps": np.float64(samples.fps)}
+    if head:
+        arrays["head_transforms"] = _head_transforms(samples, metres)
+    return arrays
+
+
+def muscles_move(samples: FrameSamples) -> bool:
+    """Whether any contraction differs from rest (1) on any frame."""
+    return bool(np.any(samples.contractions != 1.0))
+
+
+def weights_arrays(obj, samples: FrameSamples, fit_names, metres: float) -> Tuple[Dict[str, np.ndarray],
+                                                                                  List[Finding]]:
+    """WEIGHTS.npz for the fit: the value of each fitted shape key per frame (exported names),
+    and findings for keys that move but are not in the fit (they would be ignored)."""
+    mapping = name_mapping(obj.face_physics)
+    fitted = set(fit_names)
+    names, columns, unfitted = [], [], []
+    for block in user_key_blocks(obj):
+        exported = preflight.solver_shape_key_name(block.name, mapping)
+        series = samples.key_values[block.name]
+        if exported in fitted and exported not in names:
+            names.append(exported)
+            columns.append(series)
+        elif np.any(series != 0.0):
+            unfitted.append(block.name)
+    findings = []
+    if unfitted:
+        shown = ", ".join(unfitted[:6]) + (f" and {len(unfitted) - 6} more" if len(unfitted) > 6 else "")
+        findings.append(Finding(preflight.WARNING, f"shape keys {shown} move in the baked range but are not in the "
+                                                   f"fit, so the simulation ignores them; fit them (Fit panel)"))
+    frames = samples.frame_count
+    weights = np.column_stack(columns) if columns else np.zeros((frames, 0))
+    return ({"names": np.array(names, dtype=str), "weights": weights.reshape(frames, len(names)),
+             "fps": np.float64(samples.fps), "head_transforms": _head_transforms(samples, metres)}, findings)
+
+
+RIGID_MOTION_TOLERANCE = 1e-4
+
+
+def collider_arrays(obj, samples: FrameSamples, metres: float) -> Tuple[List[Tuple[str, Dict[str, np.ndarray]]],
+                                                                        List[Finding]]:
+    """(name, MESH.npz arrays) per collider — its evaluated mesh at the first frame in the skin's
+    rig frame (metres), and its rigid motion per frame relative to the skin from that frame —
+    and findings for colliders whose motion is not rigid (only its rigid part is sent)."""
+    colliders = collider_objects(obj)
+    result, findings = [], []
+    for collider, (local, triangles), worlds in zip(colliders, samples.collider_meshes, samples.collider_worlds):
+        to_skin = np.linalg.inv(samples.skin_worlds[0]) @ worlds[0]
+        vertices = (local @ to_skin[:3, :3].T + to_skin[:3, 3]) * metres
+        transforms = head_motion.head_transforms_in_rig_frame(samples.skin_worlds, worlds, metres)
+        relative = [np.linalg.inv(skin) @ world @ np.linalg.inv(worlds[0]) @ samples.skin_worlds[0]
+                    for skin, world in zip(samples.skin_worlds, worlds)]
+        stretch = max(float(np.abs(np.linalg.svd(motion[:3, :3], compute_uv=False) - 1.0).max()) for motion in relative)
+        if stretch > RIGID_MOTION_TOLERANCE:
+            findings.append(Finding(preflight.WARNING, f"collider '{collider.name}' changes its scale relative to the "
+                                                       f"skin during the range; only its rotation and translation "
+                                                       f"are used (its size is that of the first frame)"))
+        result.append((collider.name, {"vertices": vertices, "faces": triangles, "transforms": transforms}))
+    return result, findings
+
+
+def collider_preflight(obj) -> List[Finding]:
+    findings = []
+    settings = obj.face_physics
+    empty = sum(1 for item in settings.colliders if item.collider is None)
+    if empty:
+        findings.append(Finding(preflight.WARNING, f"{empty} collider slot{'s' * (empty != 1)} without an object "
+                                                   f"skipped (Collisions panel)"))
+    for collider in collider_objects(obj):
+        if collider == obj:
+            findings.append(Finding(ERROR, f"'{obj.name}' is its own collider; remove it from the collider list"))
+        elif not len(collider.data.polygons):
+            findings.append(Finding(ERROR, f"collider '{collider.name}' has no faces; give it a closed surface"))
+    return findings
 
 
 def wind_velocity(obj) -> Optional[List[float]]:
@@ -212,12 +401,24 @@ def wind_velocity(obj) -> Optional[List[float]]:
     return [float(v) for v in head_motion.world_vector_in_rig_frame(world, np.array(obj.matrix_world))]
 
 
-def simulation_settings(obj) -> dict:
+def simulation_settings(context, obj, with_fit: bool) -> dict:
+    """The animate job's settings (docs/addon.md, job protocol)."""
     settings = obj.face_physics
-    return {"dynamic": settings.dynamics == 'DYNAMIC', "substeps": int(settings.substeps),
-            "gravity": bool(settings.gravity), "wind": wind_velocity(obj), "fat_scale": float(settings.fat_scale),
-            "diffusion_steps": int(settings.diffusion_steps),
-            "diffusion_time_step_m2": float(settings.diffusion_time_step)}
+    result = {"dynamic": settings.dynamics == 'DYNAMIC', "substeps": int(settings.substeps),
+              "gravity": bool(settings.gravity), "wind": wind_velocity(obj), "fat_scale": float(settings.fat_scale),
+              "diffusion_steps": int(settings.diffusion_steps),
+              "diffusion_time_step_m2": float(settings.diffusion_time_step)}
+    collisions = [kind for kind, wanted in (("teeth", settings.teeth_contact), ("lips", settings.lip_contact))
+                  if wanted]
+    result["collisions"] = collisions
+    if collisions or collider_objects(obj):
+        result["contact_solver"] = settings.contact_solver.lower()
+    if "teeth" in collisions:
+        # A padding is a physical thickness: scene units to metres, not the skin's own scale.
+        result["teeth_padding_m"] = float(settings.teeth_padding) * (context.scene.unit_settings.scale_length or 1.0)
+    if with_fit:
+        result["detail"] = bool(settings.use_detail)
+    return result
 
 
 def cache_preflight(obj) -> List[Finding]:

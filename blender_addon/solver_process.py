@@ -6,9 +6,10 @@ arrived since the last call. Reading happens on two daemon threads (stdout for m
 stderr kept as a short tail for crash reports), which works the same on Linux, macOS and
 Windows, where non-blocking pipe reads do not exist.
 
-Cancelling sends SIGTERM (CTRL_BREAK_EVENT on Windows, to a child started in its own process
-group); the solver then stops at its next Python instruction, removes partial outputs and
-prints `cancelled` and `done`. If it has not exited after a grace period it is killed.
+Cancelling sends SIGTERM (CTRL_BREAK_EVENT on Windows) to the child, which is started in a
+process group of its own; the solver then stops at its next Python instruction, stops its
+worker processes (a parallel fit), removes partial outputs and prints `cancelled` and `done`.
+If it has not exited after a grace period the whole group is killed, so no worker outlives it.
 """
 from __future__ import annotations
 
@@ -31,6 +32,10 @@ class SolverProcess:
         creation = {}
         if os.name == "nt":
             creation["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
+        else:
+            # Its own session: the group holds the solver and any workers it starts, and can be
+            # killed as one; a Ctrl+C in Blender's terminal reaches Blender, not the solver.
+            creation["start_new_session"] = True
         self.command = list(command)
         self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, env=env, cwd=cwd, text=True, encoding="utf-8",
@@ -100,8 +105,21 @@ class SolverProcess:
         try:
             self.process.wait(CANCEL_GRACE_SECONDS)
         except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """Kill the child and every process it started, at once."""
+        if os.name == "nt":
+            subprocess.run(["taskkill", "/F", "/T", "/PID", str(self.process.pid)], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        else:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.process.poll() is None:
             self.process.kill()
-            self.process.wait()
+        self.process.wait()
 
     def wait(self, timeout: Optional[float] = None) -> int:
         """Block until the child exits and its output is read (for background/farm runs)."""

@@ -4,7 +4,7 @@
 runs the command it names on files inside the folder and speaks JSON lines on stdout, one
 object per line (see docs/addon.md for every field):
 
-  {"type": "progress", "message", "fraction"[, "frame", "frames"]}
+  {"type": "progress", "message", "fraction"[, "frame", "frames" | "shape", "error_mm", ...]}
   {"type": "warning",  "message"}
   {"type": "error",    "message"}               bad input: says what is wrong and how to fix it
   {"type": "result",   "command", "outputs", "message", ...}
@@ -15,11 +15,19 @@ object per line (see docs/addon.md for every field):
 the job ended on purpose. SIGTERM, SIGINT (and SIGBREAK on Windows) cancel: the job stops at
 the next Python instruction, removes what it wrote half-way and exits with EXIT_CANCELLED.
 Outputs are written under temporary names and renamed only when complete, so a cancelled or
-crashed job never replaces a good file of the same name.
+crashed job never replaces a good file of the same name. A fit job's worker processes are
+stopped with it (the pool is terminated as the cancel unwinds); a reader that has to kill the
+job outright should kill its whole process group.
+
+Commands: `build-model` (rig → model), `fit` (model + rig → FIT.npz, one progress line per
+finished shape, optionally keeping the other shapes of an earlier fit) and `animate` (model +
+muscle contractions, or model + fit + shape-key weights with optional contractions on top;
+maps, teeth/lip contacts, prop colliders → RESULT.npz and its .pc2).
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -28,6 +36,8 @@ import sys
 import traceback
 from pathlib import Path
 from typing import Callable, Dict, Optional
+
+import numpy as np
 
 SCHEMA_VERSION = 1
 JOB_FILE = "job.json"
@@ -119,6 +129,38 @@ def _wind(settings: dict):
     return [float(v) for v in value]
 
 
+def _name_list(settings: dict, key: str):
+    """A list of distinct non-empty strings, or None when the setting is absent or null."""
+    value = settings.get(key)
+    if value is None:
+        return None
+    if (not isinstance(value, list) or not value
+            or any(not isinstance(item, str) or not item.strip() for item in value)):
+        raise _field_error(f"settings.{key}", f"expected a non-empty list of names, found {value!r}",
+                           "write a list of strings, or leave the setting out for all")
+    repeated = sorted({item for item in value if value.count(item) > 1})
+    if repeated:
+        raise _field_error(f"settings.{key}", f"{repeated[0]!r} is listed twice", "list each name once")
+    return [item.strip() for item in value]
+
+
+def _choices(settings: dict, key: str, allowed: tuple) -> list:
+    value = settings.get(key, [])
+    if (not isinstance(value, list) or any(not isinstance(item, str) or item not in allowed for item in value)
+            or len(set(value)) != len(value)):
+        raise _field_error(f"settings.{key}", f"expected a list of distinct values from {list(allowed)}, "
+                                              f"found {value!r}", "write e.g. [\"teeth\", \"lips\"] or []")
+    return list(value)
+
+
+def _choice(settings: dict, key: str, allowed: tuple, default: str) -> str:
+    value = settings.get(key, default)
+    if value not in allowed:
+        raise _field_error(f"settings.{key}", f"expected one of {list(allowed)}, found {value!r}",
+                           f"write one of {', '.join(allowed)}")
+    return value
+
+
 def _inside(job_dir: Path, field: str, name, must_exist: bool) -> Path:
     if not isinstance(name, str) or not name:
         raise _field_error(field, f"expected a file name, found {name!r}", "write a path relative to the job folder")
@@ -156,19 +198,32 @@ def read_job(job_dir) -> dict:
     if command not in _COMMANDS:
         raise _field_error("command", f"unknown command {command!r}", f"use one of {', '.join(sorted(_COMMANDS))}")
     spec = _COMMANDS[command]
-    _require_keys(job["inputs"], "inputs", spec["inputs"], spec["optional_inputs"])
+    list_inputs = spec.get("list_inputs", ())
+    _require_keys(job["inputs"], "inputs", spec["inputs"], spec["optional_inputs"] + list_inputs)
     _require_keys(job["outputs"], "outputs", spec["outputs"])
     settings = job.get("settings", {})
     _require_keys(settings, "settings", (), spec["settings"])
-    inputs = {key: _inside(job_dir, f"inputs.{key}", value, must_exist=True)
-              for key, value in job["inputs"].items() if value is not None}
+    inputs = {}
+    for key, value in job["inputs"].items():
+        if value is None:
+            continue
+        if key in list_inputs:
+            if not isinstance(value, list):
+                raise _field_error(f"inputs.{key}", f"expected a list of file names, found {value!r}",
+                                   "write a JSON list, [] for none")
+            inputs[key] = [_inside(job_dir, f"inputs.{key}[{index}]", name, must_exist=True)
+                           for index, name in enumerate(value)]
+        else:
+            inputs[key] = _inside(job_dir, f"inputs.{key}", value, must_exist=True)
     outputs = {key: _inside(job_dir, f"outputs.{key}", value, must_exist=False)
                for key, value in job["outputs"].items()}
+    input_paths = [path for value in inputs.values() for path in (value if isinstance(value, list) else [value])]
     for key, path in outputs.items():
-        if path in inputs.values():
+        if path in input_paths:
             raise _field_error(f"outputs.{key}", "names an input file", "write outputs to new names")
-    return {"command": command, "job_dir": job_dir, "inputs": inputs, "outputs": outputs,
-            "settings": spec["read_settings"](settings)}
+    settings = spec["read_settings"](settings)
+    spec.get("check", lambda inputs, settings: None)(inputs, settings)
+    return {"command": command, "job_dir": job_dir, "inputs": inputs, "outputs": outputs, "settings": settings}
 
 
 # --------------------------------------------------------------------------- commands
@@ -181,8 +236,20 @@ def _build_settings(settings: dict) -> dict:
     return {"target_tets": _integer(settings, "target_tets", 35000, 100, 2_000_000)}
 
 
+COLLISION_KINDS = ("teeth", "lips")
+CONTACT_SOLVERS = ("newton", "ipopt")
+# Without any padding the proxy cannot be guaranteed to enclose every teeth vertex (teeth.py).
+MIN_TEETH_PADDING_M, MAX_TEETH_PADDING_M = 1e-5, 0.01
+MAX_FIT_PROCESSES = 64
+# The per-shape arrays of FIT.npz (solver/inverse/shapes.py), merged shape by shape when a fit
+# job keeps the shapes of an earlier fit; every other key is taken from the new fit.
+PER_SHAPE_FIT_KEYS = ("shape_key_names", "activations", "jaw", "fit_error_mm", "status", "detail_residual",
+                      "iterations", "seconds", "contractions", "fit_context")
+
+
 def _animate_settings(settings: dict) -> dict:
     from .physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2
+    padding = settings.get("teeth_padding_m")
     return {"dynamic": _boolean(settings, "dynamic", False),
             "substeps": _integer(settings, "substeps", 1, 1, 1000),
             "gravity": _boolean(settings, "gravity", False),
@@ -190,7 +257,35 @@ def _animate_settings(settings: dict) -> dict:
             "fat_scale": _number(settings, "fat_scale", 1.0, 0.1, 10.0),
             "diffusion_steps": _integer(settings, "diffusion_steps", DEFAULT_DIFFUSION_STEPS, 0, 10_000),
             "diffusion_time_step_m2": _number(settings, "diffusion_time_step_m2", DEFAULT_DIFFUSION_TIME_STEP_M2,
-                                              1e-12, 1.0)}
+                                              1e-12, 1.0),
+            # None = not given: shape-key animation then adds the detail
+            "detail": _boolean(settings, "detail", True) if "detail" in settings else None,
+            "collisions": _choices(settings, "collisions", COLLISION_KINDS),
+            "contact_solver": _choice(settings, "contact_solver", CONTACT_SOLVERS, "newton"),
+            # None = the solver's own default padding (collisions/teeth.py)
+            "teeth_padding_m": None if padding is None else
+            _number(settings, "teeth_padding_m", 0.0, MIN_TEETH_PADDING_M, MAX_TEETH_PADDING_M)}
+
+
+def _check_animate_inputs(inputs: dict, settings: dict) -> None:
+    if ("fit" in inputs) != ("weights" in inputs):
+        present, absent = ("fit", "weights") if "fit" in inputs else ("weights", "fit")
+        raise _field_error(f"inputs.{absent}", f"missing: inputs.{present} needs it",
+                           "give fit and weights together (shape-key animation), or activations alone")
+    if "fit" not in inputs and "activations" not in inputs:
+        raise _field_error("inputs", "no animation", "give activations (muscle contractions), or fit and weights "
+                                                     "(shape-key values played through a fit)")
+    if settings["detail"] is not None and "fit" not in inputs:
+        raise _field_error("settings.detail", "applies only to shape-key animation (inputs fit and weights)",
+                           "leave it out, or give fit and weights")
+    if settings["teeth_padding_m"] is not None and "teeth" not in settings["collisions"]:
+        raise _field_error("settings.teeth_padding_m", "applies only with teeth collisions",
+                           "add \"teeth\" to settings.collisions, or leave the padding out")
+
+
+def _fit_settings(settings: dict) -> dict:
+    return {"shapes": _name_list(settings, "shapes"),
+            "jobs": _integer(settings, "jobs", 1, 1, MAX_FIT_PROCESSES)}
 
 
 def _run_build(job: dict, messages: JobMessages) -> dict:
@@ -215,6 +310,160 @@ def _run_build(job: dict, messages: JobMessages) -> dict:
                        f"{len(model['muscle_names'])} muscles"}
 
 
+def _previous_fit(job: dict, model, rig_names: list, messages: JobMessages) -> Optional[dict]:
+    """The earlier fit whose other shapes are kept, or None when there is none or it does not
+    belong to this model (then everything asked for is fitted afresh and the rest is dropped)."""
+    from .inverse.fit_file import FitFormatError, load_fit
+    path = job["inputs"].get("previous_fit")
+    if path is None:
+        return None
+    try:
+        previous = load_fit(path, model)
+    except FitFormatError as error:
+        messages.warning(f"the earlier fit cannot be kept ({error}); only the shapes fitted now are in the new fit")
+        return None
+    dropped = [str(name) for name in previous["shape_key_names"] if str(name) not in rig_names]
+    if dropped:
+        messages.warning(f"the earlier fit's {', '.join(dropped)} are no longer shape keys of the rig; dropped")
+    return previous
+
+
+def _merged_fit(new: dict, previous: Optional[dict], rig_names: list) -> dict:
+    """`new` plus the shapes of `previous` it did not fit again, in the rig's order."""
+    if previous is None:
+        return new
+    new_names = [str(name) for name in new["shape_key_names"]]
+    previous_names = [str(name) for name in previous["shape_key_names"]]
+    kept = [name for name in previous_names if name not in new_names and name in rig_names]
+    if not kept:
+        return new
+    rows = {name: (new, new_names.index(name)) for name in new_names}
+    rows.update({name: (previous, previous_names.index(name)) for name in kept})
+    order = [name for name in rig_names if name in rows]
+    merged = dict(new)
+    for key in PER_SHAPE_FIT_KEYS:
+        if key not in new:
+            continue
+        stacked = []
+        for name in order:
+            source, row = rows[name]
+            if key in source:
+                stacked.append(np.asarray(source[key][row]))
+            else:     # an older fit without this per-shape key: the value a fresh fit gives a motionless shape
+                stacked.append(np.zeros_like(np.asarray(new[key][0])) if key != "contractions"
+                               else np.ones_like(np.asarray(new[key][0])))
+        merged[key] = np.array(stacked) if key in ("shape_key_names", "status", "fit_context") else np.stack(stacked)
+    return merged
+
+
+def _run_fit(job: dict, messages: JobMessages) -> dict:
+    from .inverse.fit_file import save_fit
+    from .inverse.shapes import CONTEXT_SHAPES, fit_shapes, select_shapes
+    from .model_file import load_model
+    from .rig import load_rig
+    settings = job["settings"]
+    model = load_model(job["inputs"]["model"])
+    rig = load_rig(job["inputs"]["rig"])
+    if len(rig.vertices) != len(model["skin_vertices"]) or not np.allclose(rig.vertices, model["skin_vertices"],
+                                                                          atol=1e-9):
+        raise JobError("inputs.rig: not the rig the model was built from (its neutral skin differs). Fix: build "
+                       "the model again from this mesh, or undo the change to its rest shape.")
+    rig_names = [str(name) for name in rig.shape_key_names]
+    if not rig_names:
+        raise JobError("inputs.rig: the rig has no shape keys to fit. Fix: add ARKit shape keys to the mesh.")
+    previous = _previous_fit(job, model, rig_names, messages)
+    requested = settings["shapes"]
+    if requested and previous is not None:
+        # A kept shape fitted on top of a shape fitted again now stores its difference to the old
+        # context fit; it is fitted again with it so that the two stay consistent.
+        requested = requested + [str(name) for name in previous["shape_key_names"]
+                                 if CONTEXT_SHAPES.get(str(name)) in requested and str(name) in rig_names
+                                 and str(name) not in requested]
+    names = select_shapes(rig, requested)
+    processes = min(settings["jobs"], len(names))
+    messages.progress(f"fitting {len(names)} shape{'s' * (len(names) != 1)} in {processes} "
+                      f"process{'es' * (processes != 1)}", fraction=0.0, done=0, total=len(names))
+
+    def on_shape(fit, done, total):
+        mean, p95, worst = (float(value) for value in fit.error_mm)
+        on_top = f" on top of {fit.context}" if fit.context else ""
+        messages.progress(f"{fit.name} ({done}/{total}): {fit.status}{on_top}, error mean {mean:.2f} / 95th "
+                          f"{p95:.2f} / max {worst:.2f} mm", fraction=round(done / total, 4), shape=fit.name,
+                          done=done, total=total, status=fit.status, context=fit.context,
+                          error_mm=[round(mean, 4), round(p95, 4), round(worst, 4)],
+                          iterations=int(fit.iterations), seconds=round(float(fit.seconds), 2))
+
+    arrays = _merged_fit(fit_shapes(model, rig, names, jobs=settings["jobs"], progress=on_shape), previous,
+                         rig_names)
+    output = job["outputs"]["fit"]
+    save_fit(output, arrays)      # atomic: a cancel or crash never leaves half a fit where a good one was
+    all_names = [str(name) for name in arrays["shape_key_names"]]
+    errors = np.asarray(arrays["fit_error_mm"], dtype=np.float64)
+    worst = int(np.argmax(errors[:, 0]))
+    kept = [name for name in all_names if name not in names]
+    return {"outputs": {"fit": output.name}, "shapes": names, "kept": kept,
+            "worst": {"shape": all_names[worst], "error_mm": [round(float(e), 4) for e in errors[worst]]},
+            "message": f"{len(names)} shape{'s' * (len(names) != 1)} fitted"
+                       + (f", {len(kept)} kept from the earlier fit" if kept else "")
+                       + f"; worst {all_names[worst]}: mean {errors[worst, 0]:.2f} / 95th {errors[worst, 1]:.2f} / "
+                         f"max {errors[worst, 2]:.2f} mm"}
+
+
+def _with_muscle_layer(model, blended, layer):
+    """The shape-key blend with muscle contractions added on top, the way the blend itself adds
+    shapes: a = a_blend + (a_muscles − a_neut), jaw added likewise. A contraction of 1 adds nothing."""
+    from .physics.activation import NEUTRAL_ACTIVATION, active_tet_indices, tet_activations, vector_from_symmetric
+    from .physics.inputs import check_positive_definite
+    if layer.muscle_contraction is None:
+        raise JobError("inputs.activations: with fit and weights it may only hold muscle_contraction (raw "
+                       "activations cannot be added to a blend). Fix: write muscle_contraction and muscle_names.")
+    if layer.frame_count != blended.frame_count:
+        raise JobError(f"inputs.activations: {layer.frame_count} frames, but the weights have "
+                       f"{blended.frame_count}. Fix: give both the same frames.")
+    if not np.allclose(layer.head_transforms, np.eye(4)):
+        raise JobError("inputs.activations: head_transforms belong in WEIGHTS.npz when a fit drives the "
+                       "animation. Fix: move them there.")
+    active = active_tet_indices(model)
+    activations = np.array(blended.activations, dtype=np.float64)
+    for frame, contraction in enumerate(layer.muscle_contraction):
+        if np.any(contraction != 1.0):
+            activations[frame] += vector_from_symmetric(tet_activations(model, contraction)[active]) - \
+                NEUTRAL_ACTIVATION
+    check_positive_definite(activations, "muscle contractions on top of the shape-key blend",
+                            "Contractions this far from 1 on top of these shape keys flatten tissue; bring the "
+                            "contractions closer to 1.")
+    return dataclasses.replace(blended, activations=activations, jaw=blended.jaw + layer.jaw)
+
+
+def _collision_scene(model, settings: dict, collider_paths: list, messages: JobMessages):
+    """The CollisionScene of settings.collisions and inputs.colliders, or None for neither."""
+    kinds = settings["collisions"]
+    if not kinds and not collider_paths:
+        return None
+    from .collisions.mesh_collider import load_mesh_collider
+    from .collisions.scene import CollisionScene
+    colliders = []
+    for index, path in enumerate(collider_paths):
+        try:
+            colliders.append(load_mesh_collider(path, name=f"{path.stem}"))
+        except (OSError, ValueError) as error:
+            raise JobError(f"inputs.colliders[{index}]: {error}") from None
+    padding = {} if settings["teeth_padding_m"] is None else {"teeth_pad": settings["teeth_padding_m"]}
+    messages.progress("collision scene: " + ", ".join(kinds + [path.stem for path in collider_paths]),
+                      fraction=0.0)
+    try:
+        scene = CollisionScene(model, teeth="teeth" in kinds, lips="lips" in kinds, colliders=colliders, **padding)
+    except ValueError as error:
+        raise JobError(f"settings.collisions: {error}. Fix: turn that contact off, or give the model what it "
+                       f"needs (teeth objects, mouth landmarks).") from None
+    for collider in scene.teeth:
+        if collider.proxy.source == "landmark arch":
+            messages.warning(f"{collider.name.replace('_', ' ')}: the model has no teeth mesh, so teeth contact uses "
+                             f"an arch estimated from the lip landmarks; set the teeth objects in the Model panel and "
+                             f"build again when the mouth matters")
+    return scene
+
+
 def _run_animate(job: dict, messages: JobMessages) -> dict:
     from .model_file import load_model
     from .physics.animate import animate
@@ -222,26 +471,48 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
     from .physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2
     from .physics.simulator import SimulationSettings
     settings = job["settings"]
+    inputs = job["inputs"]
     # Blender stores floats in single precision, hence the tolerance.
     if settings["diffusion_steps"] != DEFAULT_DIFFUSION_STEPS or not math.isclose(
             settings["diffusion_time_step_m2"], DEFAULT_DIFFUSION_TIME_STEP_M2, rel_tol=1e-5):
         # animate() does not take diffusion settings yet; say so rather than ignore them silently.
         messages.warning(f"diffusion steps/time step are not yet passed to the solver's animate; the defaults "
                          f"({DEFAULT_DIFFUSION_STEPS} steps of {DEFAULT_DIFFUSION_TIME_STEP_M2:g} m²) were used")
-    model = load_model(job["inputs"]["model"])
-    activations = load_activations(job["inputs"]["activations"], model)
-    maps = load_maps(job["inputs"]["maps"], model) if "maps" in job["inputs"] else None
+    model = load_model(inputs["model"])
+    detail = None
+    if "fit" in inputs:
+        from .inverse.blend import blend, load_weights
+        from .inverse.fit_file import load_fit
+        fit = load_fit(inputs["fit"], model)
+        weights, _, fps, head_transforms = load_weights(inputs["weights"], fit)
+        with_detail = settings["detail"] is not False
+        blended = blend(fit, weights, fps, head_transforms, detail=with_detail)
+        activations, detail = blended.activations, blended.detail if with_detail else None
+        if "activations" in inputs:
+            activations = _with_muscle_layer(model, activations, load_activations(inputs["activations"], model))
+    else:
+        activations = load_activations(inputs["activations"], model)
+    maps = load_maps(inputs["maps"], model) if "maps" in inputs else None
     simulation = SimulationSettings(dynamic=settings["dynamic"], gravity=settings["gravity"], fps=activations.fps,
-                                    substeps=settings["substeps"], wind=settings["wind"])
+                                    substeps=settings["substeps"], wind=settings["wind"],
+                                    contact_solver=settings["contact_solver"])
+    collisions = _collision_scene(model, settings, inputs.get("colliders", []), messages)
     frames = activations.frame_count
     messages.progress(f"model loaded; simulating {frames} frames", fraction=0.0, frame=0, frames=frames)
+    deepest_mm = 0.0
 
     def on_frame(event):
+        nonlocal deepest_mm
         state = "" if event["converged"] else f" (not converged: {event.get('reason', '')})"
+        contact = {key: event[key] for key in ("penetration_depth_max_mm", "contacts", "collision_rounds")
+                   if key in event}
+        if "penetration_depth_max_mm" in contact:
+            deepest_mm = max(deepest_mm, contact["penetration_depth_max_mm"])
+            state += f", {contact['contacts']} contacts, deepest {contact['penetration_depth_max_mm']:.2f} mm"
         messages.progress(f"frame {event['frame']}/{event['frames']}{state}",
                           fraction=round(event["frame"] / event["frames"], 4), frame=event["frame"],
                           frames=event["frames"], converged=event["converged"],
-                          newton_iterations=event["newton_iterations"], seconds=event["seconds"])
+                          newton_iterations=event["newton_iterations"], seconds=event["seconds"], **contact)
         if not event["converged"]:
             messages.warning(f"frame {event['frame']} did not converge ({event.get('reason', 'no reason given')})")
 
@@ -249,7 +520,8 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
     partial = _partial_name(result_path)
     try:
         result = animate(model, activations, partial, settings=simulation, maps=maps,
-                         fat_scale=settings["fat_scale"], progress=on_frame)
+                         fat_scale=settings["fat_scale"], progress=on_frame, skin_detail=detail,
+                         collisions=collisions)
         os.replace(partial.with_suffix(".pc2"), result_path.with_suffix(".pc2"))
         os.replace(partial, result_path)
     finally:
@@ -257,18 +529,25 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
     unconverged = int((~result.converged).sum())
-    return {"outputs": {"result": result_path.name, "cache": result_path.with_suffix(".pc2").name},
-            "frames": int(frames), "unconverged_frames": unconverged,
-            "message": f"{frames} frames simulated, {unconverged} not converged"}
+    fields = {"outputs": {"result": result_path.name, "cache": result_path.with_suffix(".pc2").name},
+              "frames": int(frames), "unconverged_frames": unconverged,
+              "message": f"{frames} frames simulated, {unconverged} not converged"}
+    if collisions is not None:
+        fields["penetration_depth_max_mm"] = round(deepest_mm, 4)
+        fields["message"] += f"; deepest skin vertex inside a collider {deepest_mm:.2f} mm"
+    return fields
 
 
 _COMMANDS: Dict[str, dict] = {
     "build-model": {"inputs": ("rig",), "optional_inputs": (), "outputs": ("model",),
                     "settings": ("target_tets",), "read_settings": _build_settings, "run": _run_build},
-    "animate": {"inputs": ("model", "activations"), "optional_inputs": ("maps",), "outputs": ("result",),
+    "fit": {"inputs": ("model", "rig"), "optional_inputs": ("previous_fit",), "outputs": ("fit",),
+            "settings": ("shapes", "jobs"), "read_settings": _fit_settings, "run": _run_fit},
+    "animate": {"inputs": ("model",), "optional_inputs": ("activations", "fit", "weights", "maps"),
+                "list_inputs": ("colliders",), "outputs": ("result",),
                 "settings": ("dynamic", "substeps", "gravity", "wind", "fat_scale", "diffusion_steps",
-                             "diffusion_time_step_m2"),
-                "read_settings": _animate_settings, "run": _run_animate},
+                             "diffusion_time_step_m2", "detail", "collisions", "contact_solver", "teeth_padding_m"),
+                "read_settings": _animate_settings, "check": _check_animate_inputs, "run": _run_animate},
 }
 
 
@@ -292,12 +571,15 @@ def _cancel_on_signals():
 
 def run_job(job_dir, messages: Optional[JobMessages] = None) -> int:
     """Run the job in `job_dir`, speaking the protocol on `messages`; return the exit code."""
+    from .inverse.fit_file import FitFormatError
+    from .inverse.shapes import ShapeSelectionError
     from .model_builder.errors import ModelBuildError
     from .model_file import ModelFormatError
     from .physics.inputs import AnimationInputError
     from .rig import RigFormatError
     messages = messages or JobMessages()
-    bad_input = (JobError, RigFormatError, ModelBuildError, ModelFormatError, AnimationInputError)
+    bad_input = (JobError, RigFormatError, ModelBuildError, ModelFormatError, AnimationInputError, FitFormatError,
+                 ShapeSelectionError)
     status, code = "ok", EXIT_OK
     try:
         with _cancel_on_signals():

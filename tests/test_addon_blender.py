@@ -1,5 +1,6 @@
-"""The add-on in the real `bpy` module with the real solver subprocess: build, bake, cancel,
-errors, panels. The demo head is built at ~3000 tets so the suite stays quick."""
+"""The add-on in the real `bpy` module with the real solver subprocess: build, fit, bake
+(muscles, or shape keys through the fit with maps and a collider), cancel, errors, panels.
+The demo head is built at ~3000 tets so the suite stays quick."""
 from __future__ import annotations
 
 import glob
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -238,10 +240,177 @@ def test_a_missing_solver_python_gives_the_install_message_not_a_traceback(scene
         preferences.solver_python = sys.executable
 
 
-def test_the_fit_operator_says_it_needs_the_fit_command(scene):
-    assert not bpy.ops.face_physics.fit.poll()
-    with pytest.raises(RuntimeError, match="fit"):
-        bpy.ops.face_physics.fit()
+FITTED = ("mouthSmile_L", "mouthClose")       # mouthClose is fitted on top of jawOpen, so jawOpen comes too
+
+
+@pytest.fixture(scope="module")
+def fitted(scene):
+    """The shape keys of FITTED (ticked in the Fit list) fitted by the Fit operator."""
+    obj = scene["object"]
+    settings = obj.face_physics
+    assert [item.name for item in settings.fit_shapes] == [b.name for b in obj.data.shape_keys.key_blocks[1:]
+                                                           if not b.name.startswith("FP bake ")]
+    for item in settings.fit_shapes:
+        item.selected = item.name in FITTED
+    assert bpy.ops.face_physics.fit(scope='SELECTED') == {'FINISHED'}
+    bpy.ops.wm.save_mainfile()
+    return {"fit": Path(bpy.path.abspath(settings.fit_path))}
+
+
+def test_fit_selected_fills_the_error_list_and_stores_the_fit_beside_the_model(scene, fitted):
+    obj = scene["object"]
+    settings = obj.face_physics
+    assert settings.fit_path == f"//face_physics/scene_{obj.name}_fit.npz" and fitted["fit"].is_file()
+    rows = {item.name: item for item in settings.fit_shapes}
+    assert sorted(name for name, item in rows.items() if item.fitted) == ["jawOpen", "mouthClose", "mouthSmile_L"]
+    with np.load(fitted["fit"], allow_pickle=False) as fit:
+        for name, errors in zip(fit["shape_key_names"], fit["fit_error_mm"]):
+            item = rows[str(name)]
+            np.testing.assert_allclose([item.error_mean_mm, item.error_p95_mm, item.error_max_mm], errors, rtol=1e-6)
+    fitted_rows = [item for item in settings.fit_shapes if item.fitted]
+    assert [item.worst for item in fitted_rows].count(True) == 1
+    worst = next(item for item in fitted_rows if item.worst)
+    assert worst.error_mean_mm == max(item.error_mean_mm for item in fitted_rows)
+    assert rows["mouthClose"].context == "jawOpen" and rows["mouthSmile_L"].error_mean_mm < 1.0
+    assert _user_data(obj) == scene["user_data"]
+
+
+def test_cancel_during_a_fit_leaves_the_scene_and_the_earlier_fit_untouched(scene, fitted):
+    from blender_addon import operators
+    obj = scene["object"]
+    settings = obj.face_physics
+    fit_bytes = fitted["fit"].read_bytes()
+
+    def state():
+        return (_user_data(obj), settings.fit_path,
+                [(i.name, i.selected, i.fitted, i.error_mean_mm, i.error_p95_mm, i.error_max_mm, i.worst)
+                 for i in settings.fit_shapes], [b.name for b in obj.data.shape_keys.key_blocks])
+
+    before = state()
+    reports = []
+
+    class Caller:      # what an operator provides to the shared start function
+        def report(self, kind, message):
+            reports.append((kind, message))
+
+    job = operators.start_fit_job(Caller(), bpy.context, obj, 'ALL')
+    assert job is not None, reports
+    written = json.loads((job.job_dir / "job.json").read_text())
+    assert "shapes" not in written["settings"] and "previous_fit" not in written["inputs"], "Fit All fits afresh"
+    while job.update() is None and not job.message.startswith("fitting"):
+        time.sleep(0.05)
+    assert job.outcome is None, job.error_message()
+    job.cancel()
+    assert job.wait() == 'CANCELLED'
+    job.close()
+    assert bpy.context.window_manager.face_physics_job.running is False
+    assert state() == before
+    assert fitted["fit"].read_bytes() == fit_bytes
+
+
+KEYED = (("mouthSmile_L", (0.0, 1.0)), ("jawOpen", (0.0, 0.15)))
+
+
+def _key_shape_keys(obj):
+    """mouthSmile_L 0 → 1 and jawOpen 0 → 0.15 over the frames, in the user's own shape-key action."""
+    blocks = obj.data.shape_keys.key_blocks
+    for name, (start, end) in KEYED:
+        for frame, value in ((FRAMES[0], start), (FRAMES[1], end)):
+            blocks[name].value = value
+            blocks[name].keyframe_insert("value", frame=frame)
+
+
+def _unkey_shape_keys(obj):
+    """Back to the fixture's animation: only jawOpen keyed at 0 on the first frame."""
+    blocks = obj.data.shape_keys.key_blocks
+    for name, _ in KEYED:
+        for frame in FRAMES:
+            if (name, frame) != ("jawOpen", FRAMES[0]):
+                blocks[name].keyframe_delete("value", frame=frame)
+        blocks[name].value = 0.0
+
+
+def _cheek_sphere(obj, radius=0.01):
+    """A UV sphere that moves into the left cheek: 0.5 mm off it on the first frame, 2 mm in on the last."""
+    rest = np.array([v.co for v in obj.data.vertices])
+    normals = np.array([v.normal for v in obj.data.vertices])
+    with np.load(bpy.path.abspath(obj.face_physics.model_path), allow_pickle=False) as model:
+        landmarks = dict(zip(model["landmark_names"], model["landmark_positions"]))
+    cheek = 0.5 * (landmarks["cheekbone_L"] + landmarks["mouth_corner_L"])   # the demo head: 1 unit = 1 m
+    vertex = int(np.argmin(np.linalg.norm(rest - cheek, axis=1)))
+    bpy.ops.mesh.primitive_uv_sphere_add(radius=radius, segments=24, ring_count=12)
+    sphere = bpy.context.active_object
+    sphere.name = "finger"
+    for frame, depth in ((FRAMES[0], -0.0005), (FRAMES[1], 0.002)):
+        sphere.location = rest[vertex] + normals[vertex] * (radius - depth)
+        sphere.keyframe_insert("location", frame=frame)
+    bpy.context.view_layer.objects.active = obj
+    return sphere
+
+
+def test_bake_from_keyed_shape_keys_with_maps_and_a_collider_matches_the_solver(scene, fitted, monkeypatch,
+                                                                                  tmp_path, capfd):
+    obj = scene["object"]
+    settings = obj.face_physics
+    obj.animation_data_clear()                 # the earlier tests' muscle keyframes: only shape keys drive now
+    for muscle in settings.muscles:
+        muscle.contraction = 1.0
+    _key_shape_keys(obj)
+    try:
+        _bake_the_keyed_shape_keys(obj, monkeypatch, tmp_path, capfd)
+    finally:
+        _unkey_shape_keys(obj)
+    assert _user_data(obj) == scene["user_data"]
+
+
+def _bake_the_keyed_shape_keys(obj, monkeypatch, tmp_path, capfd):
+    settings = obj.face_physics
+    sphere = _cheek_sphere(obj)
+    settings.colliders.add().collider = sphere
+    settings.teeth_contact, settings.lip_contact = True, False
+    settings.fat_group, settings.fat_scale = "cheek fat", 1.2
+    assert bpy.ops.face_physics.palsy_preset(side='LEFT') == {'FINISHED'}
+    bpy.context.scene.frame_start, bpy.context.scene.frame_end = FRAMES
+    bpy.context.scene.frame_set(MIDDLE_FRAME)
+    user_data = _user_data(obj)
+    capfd.readouterr()
+
+    settings.bake_target = 'PC2'
+    expected = _bake_keeping_job(monkeypatch, tmp_path / "pc2")
+    # The solver's warnings become Blender reports: the imported demo head has no teeth objects.
+    assert "no teeth mesh" in capfd.readouterr().out
+    (job,) = glob.glob(str(tmp_path / "pc2" / "face_physics_job_*"))
+    written = json.loads((Path(job) / "job.json").read_text())
+    assert written["inputs"]["colliders"] == ["collider_0_finger.npz"] and "activations" not in written["inputs"]
+    assert written["settings"]["collisions"] == ["teeth"] and written["settings"]["detail"] is True
+    with np.load(Path(job) / "weights.npz", allow_pickle=False) as weights:
+        columns = dict(zip(weights["names"], weights["weights"].T))
+    for frame in range(FRAMES[0], FRAMES[1] + 1):     # the values the scene evaluates (Bézier keys ease)
+        bpy.context.scene.frame_set(frame)
+        for name in ("mouthSmile_L", "jawOpen"):
+            assert columns[name][frame - FRAMES[0]] == pytest.approx(obj.data.shape_keys.key_blocks[name].value)
+    assert columns["mouthSmile_L"][-1] == 1.0 and set(columns) <= {"jawOpen", "mouthClose", "mouthSmile_L"}
+    with np.load(Path(job) / "maps.npz", allow_pickle=False) as maps:
+        assert maps["fat"].max() == 1.0 and all(name.endswith("_L") for name in maps["paralysed_muscles"])
+    with np.load(Path(job) / "result.npz", allow_pickle=False) as result:
+        assert result["contacts"].max() > 0, "the sphere should press on the cheek"
+    assert np.abs(expected[MIDDLE_FRAME - FRAMES[0]] - expected[0]).max() > 1e-3, "the smile should move the face"
+    np.testing.assert_allclose(_evaluated_metres(obj, MIDDLE_FRAME), expected[MIDDLE_FRAME - FRAMES[0]], atol=1e-5)
+    bpy.context.scene.frame_set(MIDDLE_FRAME)
+    assert _user_data(obj) == user_data
+
+    # The user's keys are animated over the range: each baked key is the frame minus what they add.
+    settings.bake_target = 'SHAPE_KEYS'
+    expected = _bake_keeping_job(monkeypatch, tmp_path / "keys")
+    _assert_shape_key_bake_matches(obj, expected)
+    bpy.context.scene.frame_set(MIDDLE_FRAME)
+    assert _user_data(obj) == user_data
+    from blender_addon import bake
+    bake.apply_bake(obj, 'ACTION', expected, FRAMES[0], settings.metres_per_unit)
+    _assert_shape_key_bake_matches(obj, expected)
+    bake.apply_bake(obj, 'PC2', expected, FRAMES[0], settings.metres_per_unit)
+    bpy.context.scene.frame_set(MIDDLE_FRAME)
+    assert _user_data(obj) == user_data
 
 
 def _draw_panels(tmp_path, blend, object_name, solver_python):

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from blender_addon import head_motion, pc2_cache, preflight, solver_environment  # noqa: E402
+from blender_addon import head_motion, job_files, pc2_cache, preflight, solver_environment  # noqa: E402
 from blender_addon.solver_process import SolverProcess  # noqa: E402
 from solver.pc2 import read_pc2  # noqa: E402
 
@@ -57,6 +57,10 @@ def test_preflight_reports_degenerate_faces_nans_units_names_topology_and_modifi
     assert len(names) == 1 and "smile_big" in names[0].message and names[0].severity == preflight.WARNING
     assert preflight.check_shape_key_names(["smile_big"], {"smile_big": "mouthSmile_L"}) == []
     assert preflight.solver_shape_key_name("mouthSmileLeft", {}) == "mouthSmile_L"
+    # These move towards a side; they are not left/right pairs and keep their names.
+    assert [preflight.solver_shape_key_name(name, {}) for name in ("jawLeft", "mouthRight")] == ["jawLeft",
+                                                                                                  "mouthRight"]
+    assert preflight.check_shape_key_names(["jawLeft", "jawRight", "mouthLeft", "mouthRight"], {}) == []
     signature = preflight.topology_signature(4, good)
     assert preflight.check_topology(signature, signature) == []
     assert "changed since" in preflight.check_topology(preflight.topology_signature(5, good), signature)[0].message
@@ -111,6 +115,67 @@ def test_solver_process_reads_messages_without_blocking_and_cancels(tmp_path):
     assert process.returncode == 3 and process.finished
     assert [m["type"] for m in process.poll()] == ["cancelled", "done"]
     assert "not json" in process.stderr_tail() and "a warning on stderr" in process.stderr_tail()
+
+
+def test_a_child_that_ignores_cancel_is_killed_with_the_processes_it_started(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, signal, subprocess, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        open({str(pid_file)!r}, "w").write(str(worker.pid))
+        print(json.dumps({{"type": "progress", "message": "working", "fraction": 0.0}}), flush=True)
+        time.sleep(120)
+    """))
+    process = SolverProcess([sys.executable, str(script)])
+    deadline = time.monotonic() + 20
+    while not process.poll() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker = int(pid_file.read_text())
+    process.cancel()
+    process.wait(10)
+    assert process.returncode == -9
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)      # killed, then reaped by init
+    state = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] \
+        if Path(f"/proc/{worker}").exists() else "gone"
+    assert state in ("gone", "Z"), "the worker outlived its cancelled parent"
+
+
+def test_fit_and_animate_job_folders_pass_the_solvers_validation(tmp_path):
+    from solver.jobs import read_job
+    model = tmp_path / "model.npz"
+    np.savez(model, placeholder=np.zeros(1))
+    fit_dir = tmp_path / "fit"
+    fit_dir.mkdir()
+    job_files.write_fit_job(fit_dir, model, {"vertices": np.zeros((4, 3)), "faces": np.array([[0, 1, 2]])},
+                            ["mouthSmile_L"], processes=2, previous_fit=model)
+    job = read_job(fit_dir)
+    assert job["command"] == "fit" and job["settings"] == {"shapes": ["mouthSmile_L"], "jobs": 2}
+    assert sorted(job["inputs"]) == ["model", "previous_fit", "rig"]
+
+    animate_dir = tmp_path / "animate"
+    animate_dir.mkdir()
+    sphere = {"vertices": np.zeros((4, 3)), "faces": np.array([[0, 1, 2]]), "transforms": np.eye(4)[None]}
+    job_files.write_animate_job(animate_dir, model, None, None, {"detail": False, "collisions": ["lips"]},
+                                fit_path=model, weights={"names": np.array(["jawOpen"]), "weights": np.zeros((1, 1))},
+                                colliders=[("Hand.L", sphere), ("Hand.L", sphere)])
+    job = read_job(animate_dir)
+    assert [path.name for path in job["inputs"]["colliders"]] == ["collider_0_Hand_L.npz", "collider_1_Hand_L.npz"]
+    assert sorted(job["inputs"]) == ["colliders", "fit", "model", "weights"] and job["settings"]["detail"] is False
+
+
+def test_the_fit_summary_is_read_without_the_solver(tmp_path):
+    path = tmp_path / "fit.npz"
+    np.savez(path, shape_key_names=np.array(["jawOpen", "mouthClose"]), fit_error_mm=np.array([[1, 2, 3], [4, 5, 6.]]),
+             status=np.array(["fitted", "fitted"]), fit_context=np.array(["", "jawOpen"]), tet_count=np.array(10),
+             skin_vertex_count=np.array(4))
+    summary = job_files.read_fit_summary(path)
+    assert summary["tets"] == 10 and summary["shapes"][1] == {"name": "mouthClose", "error_mm": (4.0, 5.0, 6.0),
+                                                              "status": "fitted", "context": "jawOpen"}
+    assert job_files.read_fit_shape_names(path) == ["jawOpen", "mouthClose"]
 
 
 def test_solver_environment_puts_the_solver_source_on_the_path():

@@ -1,7 +1,9 @@
 """The solver's job runner (`python -m solver --json run-job JOB_DIR`) as a real subprocess:
-strict job.json validation, JSON-line messages, exit codes, and cancellation by signal."""
+strict job.json validation, JSON-line messages, exit codes, and cancellation by signal; the
+build, fit and animate commands (shape-key weights through a fit, contacts, colliders)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -13,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from solver import jobs
 from solver.jobs import EXIT_BAD_INPUT, EXIT_CANCELLED, SCHEMA_VERSION, JobError, read_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +40,29 @@ def _write_job(job_dir, **overrides):
            "outputs": {"model": "model.npz"}, "settings": {"target_tets": 1000}}
     job.update(overrides)
     (job_dir / "job.json").write_text(json.dumps(job))
+
+
+def _child_processes(pid: int) -> list:
+    """PIDs whose parent is `pid` (Linux /proc)."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if parent == pid:
+                children.append(int(entry))
+    return children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -132,16 +158,22 @@ def test_build_then_animate_jobs_write_outputs_and_report_per_frame_progress(tmp
     assert not any(name.startswith(".") for name in os.listdir(animate_dir)), "partial files left behind"
 
 
-def test_sigterm_cancels_cleanly_and_keeps_the_previous_result(tmp_path, demo_rig):
-    build_dir = tmp_path / "build"
-    build_dir.mkdir()
-    job_files.write_build_job(build_dir, demo_rig, target_tets=1500)
-    assert _run(build_dir)[0] == 0
-    muscles = job_files.read_model_summary(build_dir / "model.npz")["muscle_names"]
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory, demo_rig):
+    """A 1500-tet model of the demo head (it has teeth), built by a job."""
+    folder = tmp_path_factory.mktemp("model")
+    job_files.write_build_job(folder, demo_rig, target_tets=1500)
+    code, _, err = _run(folder)
+    assert code == 0, err
+    return folder / "model.npz"
+
+
+def test_sigterm_cancels_cleanly_and_keeps_the_previous_result(tmp_path, small_model):
+    muscles = job_files.read_model_summary(small_model)["muscle_names"]
     job_dir = tmp_path / "animate"
     job_dir.mkdir()
     frames = 400
-    job_files.write_animate_job(job_dir, build_dir / "model.npz", {
+    job_files.write_animate_job(job_dir, small_model, {
         "muscle_contraction": np.linspace(1.0, 1.6, frames)[:, None].repeat(len(muscles), 1),
         "jaw": np.zeros((frames, 5))}, None, {"gravity": True})
     (job_dir / "result.npz").write_bytes(b"an earlier good result")
@@ -161,3 +193,254 @@ def test_sigterm_cancels_cleanly_and_keeps_the_previous_result(tmp_path, demo_ri
     assert (job_dir / "result.npz").read_bytes() == b"an earlier good result"
     assert (job_dir / "result.pc2").read_bytes() == b"an earlier good cache"
     assert not any(name.startswith(".") for name in os.listdir(job_dir)), "partial files left behind"
+
+
+# --------------------------------------------------------------------------- fit and shape-key animation
+
+def _placeholder_files(job_dir, *names):
+    for name in names:
+        np.savez(job_dir / name, placeholder=np.zeros(1))
+
+
+@pytest.mark.parametrize("job, expected", [
+    ({"command": "fit", "inputs": {"model": "model.npz", "rig": "rig.npz"}, "outputs": {"fit": "fit.npz"},
+      "settings": {"shapes": "jawOpen"}}, "settings.shapes: expected a non-empty list"),
+    ({"command": "fit", "inputs": {"model": "model.npz", "rig": "rig.npz"}, "outputs": {"fit": "fit.npz"},
+      "settings": {"shapes": ["jawOpen", "jawOpen"]}}, "listed twice"),
+    ({"command": "fit", "inputs": {"model": "model.npz", "rig": "rig.npz"}, "outputs": {"fit": "fit.npz"},
+      "settings": {"jobs": 0}}, "settings.jobs"),
+    ({"command": "fit", "inputs": {"model": "model.npz"}, "outputs": {"fit": "fit.npz"}}, "inputs.rig: missing"),
+    ({"command": "fit", "inputs": {"model": "model.npz", "rig": "rig.npz", "previous_fit": "fit.npz"},
+      "outputs": {"fit": "fit.npz"}}, "names an input"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "fit": "fit.npz"}, "outputs": {"result": "r.npz"}},
+     "inputs.weights: missing"),
+    ({"command": "animate", "inputs": {"model": "model.npz"}, "outputs": {"result": "r.npz"}}, "no animation"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"detail": False}}, "settings.detail: applies only"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "fit": "fit.npz", "weights": "weights.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"detail": 1}}, "settings.detail: expected true or false"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"collisions": ["teeth", "nose"]}}, "settings.collisions"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"contact_solver": "magic"}}, "settings.contact_solver"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"teeth_padding_m": 0.001}}, "applies only with teeth"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"collisions": ["teeth"], "teeth_padding_m": 0.5}},
+     "settings.teeth_padding_m"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz",
+                                       "colliders": "collider.npz"}, "outputs": {"result": "r.npz"}},
+     "inputs.colliders: expected a list"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz",
+                                       "colliders": ["collider.npz", "../collider.npz"]},
+      "outputs": {"result": "r.npz"}}, r"inputs.colliders\[1\]: '../collider.npz' is outside"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz",
+                                       "collider": ["collider.npz"]}, "outputs": {"result": "r.npz"}},
+     "inputs.collider: unknown field"),
+])
+def test_fit_and_animate_jobs_are_validated_strictly(tmp_path, job, expected):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    _placeholder_files(folder, "model.npz", "rig.npz", "fit.npz", "weights.npz", "activations.npz", "collider.npz")
+    _placeholder_files(tmp_path, "collider.npz")
+    (folder / "job.json").write_text(json.dumps({"schema_version": 1, **job}))
+    with pytest.raises(JobError, match=expected):
+        read_job(folder)
+
+
+def test_a_version_1_animate_job_with_collisions_and_colliders_reads_back(tmp_path):
+    _placeholder_files(tmp_path, "model.npz", "fit.npz", "weights.npz", "a.npz", "b.npz")
+    (tmp_path / "job.json").write_text(json.dumps({
+        "schema_version": 1, "command": "animate",
+        "inputs": {"model": "model.npz", "fit": "fit.npz", "weights": "weights.npz", "colliders": ["a.npz", "b.npz"]},
+        "outputs": {"result": "result.npz"},
+        "settings": {"detail": False, "collisions": ["lips", "teeth"], "contact_solver": "ipopt",
+                     "teeth_padding_m": 0.0005}}))
+    job = read_job(tmp_path)
+    assert [path.name for path in job["inputs"]["colliders"]] == ["a.npz", "b.npz"]
+    settings = job["settings"]
+    assert (settings["detail"], settings["collisions"], settings["contact_solver"], settings["teeth_padding_m"]) == \
+        (False, ["lips", "teeth"], "ipopt", 0.0005)
+
+
+FEW_SHAPES = ["mouthSmile_L", "browInnerUp", "mouthClose"]      # mouthClose brings jawOpen
+
+
+@pytest.fixture(scope="module")
+def few_shapes_fit(tmp_path_factory, demo_rig, small_model):
+    """A few shape keys of the demo head fitted by a job in two processes."""
+    folder = tmp_path_factory.mktemp("fit")
+    job_files.write_fit_job(folder, small_model, demo_rig, FEW_SHAPES, processes=2)
+    code, messages, err = _run(folder)
+    assert code == 0, err
+    assert messages[-2]["shapes"] == ["jawOpen", "mouthClose", "mouthSmile_L", "browInnerUp"]
+    return {"folder": folder, "messages": messages, "fit": folder / job_files.FIT_FILE}
+
+
+@pytest.mark.slow
+def test_a_fit_job_fits_every_shape_key_with_one_progress_line_each(tmp_path, demo_rig, small_model):
+    from solver.inverse.fit_file import load_fit
+    from solver.model_file import load_model
+    job_files.write_fit_job(tmp_path, small_model, demo_rig, None, processes=2)
+    code, messages, err = _run(tmp_path)
+    assert code == 0, err
+    rig_names = [str(name) for name in demo_rig["shape_key_names"]]
+    shape_lines = [m for m in messages if m["type"] == "progress" and "shape" in m]
+    assert sorted(m["shape"] for m in shape_lines) == sorted(rig_names)
+    assert [m["done"] for m in shape_lines] == list(range(1, len(rig_names) + 1))
+    assert [m["fraction"] for m in shape_lines][-1] == 1.0
+    for line in shape_lines:
+        mean, p95, worst = line["error_mm"]
+        assert 0.0 <= mean <= worst and p95 <= worst and line["shape"] in line["message"]
+    assert next(m for m in shape_lines if m["shape"] == "mouthClose")["context"] == "jawOpen"
+    result = messages[-2]
+    assert result["type"] == "result" and result["outputs"] == {"fit": "fit.npz"} and result["kept"] == []
+    fit = load_fit(tmp_path / job_files.FIT_FILE, load_model(small_model))
+    assert [str(name) for name in fit["shape_key_names"]] == rig_names
+    errors = fit["fit_error_mm"]
+    assert result["worst"]["shape"] == rig_names[int(np.argmax(errors[:, 0]))]
+    # The merge of a partial fit must know every per-shape array of FIT.npz.
+    per_shape = {key for key, value in fit.items() if value.ndim and value.shape[0] == len(rig_names)}
+    assert per_shape == set(jobs.PER_SHAPE_FIT_KEYS)
+
+
+def test_fitting_some_shape_keys_keeps_the_others_of_the_earlier_fit(tmp_path, few_shapes_fit, demo_rig,
+                                                                    small_model):
+    job_files.write_fit_job(tmp_path, small_model, demo_rig, ["jawOpen"], processes=1,
+                            previous_fit=few_shapes_fit["fit"])
+    code, messages, err = _run(tmp_path)
+    assert code == 0, err
+    result = messages[-2]
+    # mouthClose is stored relative to jawOpen, so it is fitted again with it.
+    assert result["shapes"] == ["jawOpen", "mouthClose"]
+    assert result["kept"] == ["mouthSmile_L", "browInnerUp"]           # in the rig's order
+    with np.load(few_shapes_fit["fit"], allow_pickle=False) as old, \
+            np.load(tmp_path / "fit.npz", allow_pickle=False) as new:
+        names = [str(name) for name in new["shape_key_names"]]
+        assert names == [str(name) for name in old["shape_key_names"]]
+        for key in jobs.PER_SHAPE_FIT_KEYS:
+            for row, name in enumerate(names):
+                if name in result["kept"]:
+                    np.testing.assert_array_equal(new[key][row], old[key][row], err_msg=f"{key} of {name}")
+
+
+def test_sigterm_stops_a_parallel_fit_and_its_workers_and_keeps_the_earlier_fit(tmp_path, demo_rig, small_model):
+    job_files.write_fit_job(tmp_path, small_model, demo_rig, None, processes=2)
+    (tmp_path / "fit.npz").write_bytes(b"an earlier good fit")
+    process = _start(tmp_path)
+    for line in process.stdout:                       # wait for the first fitted shape
+        if "shape" in json.loads(line):
+            break
+    workers = _child_processes(process.pid)
+    assert len(workers) >= 2, workers
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    messages = [json.loads(line) for line in out.splitlines() if line.strip()]
+    assert process.returncode == EXIT_CANCELLED
+    assert [m["type"] for m in messages][-2:] == ["cancelled", "done"]
+    assert (tmp_path / "fit.npz").read_bytes() == b"an earlier good fit"
+    assert not any(name.startswith(".") for name in os.listdir(tmp_path)), "partial files left behind"
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _alive(pid)], "fit worker processes outlived the cancelled job"
+
+
+def _cheek_sphere(model_path, frames, radius=0.01):
+    """MESH.npz arrays of a sphere moving into the left cheek: 0.5 mm off, then 1 and 2 mm in."""
+    from solver.geometry import icosphere, vertex_normals
+    from solver.model_file import load_model, model_landmarks
+    model = load_model(model_path)
+    skin = model["skin_vertices"]
+    landmarks = model_landmarks(model)
+    vertex = int(np.argmin(np.linalg.norm(skin - 0.5 * (landmarks["cheekbone_L"] + landmarks["mouth_corner_L"]),
+                                          axis=1)))
+    normal = vertex_normals(skin, model["skin_triangles"])[vertex]
+    vertices, faces = icosphere(2, radius)
+    transforms = np.tile(np.eye(4), (frames, 1, 1))
+    for frame, depth in enumerate(np.linspace(-0.0005, 0.002, frames)):
+        transforms[frame, :3, 3] = skin[vertex] + normal * (radius - depth)
+    return {"vertices": vertices, "faces": faces, "transforms": transforms}
+
+
+def test_an_animate_job_plays_shape_key_weights_through_a_fit_like_the_command_line(tmp_path, few_shapes_fit,
+                                                                                     small_model):
+    frames = 3
+    weights = {"names": np.array(["mouthSmile_L", "jawOpen"]),
+               "weights": np.column_stack([np.linspace(0, 1, frames), np.linspace(0, 0.1, frames)]),
+               "fps": np.float64(24)}
+    sphere = _cheek_sphere(small_model, frames)
+    muscles = job_files.read_model_summary(small_model)["muscle_names"]
+    at_rest = {"muscle_contraction": np.ones((frames, len(muscles))), "muscle_names": np.array(muscles),
+               "jaw": np.zeros((frames, 5))}
+    fit_path = few_shapes_fit["fit"]
+    results = {}
+    for name, detail in (("with detail", True), ("physics only", False)):
+        folder = tmp_path / name.replace(" ", "_")
+        folder.mkdir()
+        # Contractions of 1 on top of the blend add nothing.
+        job_files.write_animate_job(folder, small_model, at_rest, None,
+                                    {"detail": detail, "collisions": ["teeth"], "contact_solver": "newton"},
+                                    fit_path=fit_path, weights=weights, colliders=[("cheek sphere", sphere)])
+        code, messages, err = _run(folder)
+        assert code == 0, err
+        frame_lines = [m for m in messages if m["type"] == "progress" and m.get("frame")]
+        assert [m["frame"] for m in frame_lines] == [1, 2, 3] and all("contacts" in m for m in frame_lines)
+        with np.load(folder / "result.npz", allow_pickle=False) as result:
+            results[name] = {key: result[key] for key in ("skin_positions", "contacts")}
+    assert results["with detail"]["contacts"].max() > 0, "the sphere should press on the cheek"
+
+    for key, value in (("weights", weights), ("sphere", sphere)):
+        np.savez(tmp_path / f"{key}.npz", **value)
+    cli = subprocess.run([sys.executable, "-m", "solver", "--json", "animate", str(small_model), str(fit_path),
+                          str(tmp_path / "weights.npz"), "-o", str(tmp_path / "cli.npz"), "--collisions", "teeth",
+                          "--collider", str(tmp_path / "sphere.npz")], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         capture_output=True, text=True, timeout=600)
+    assert cli.returncode == 0, cli.stderr
+    with np.load(tmp_path / "cli.npz", allow_pickle=False) as expected:
+        np.testing.assert_allclose(results["with detail"]["skin_positions"], expected["skin_positions"], atol=1e-12)
+    with np.load(fit_path, allow_pickle=False) as fit:
+        order = [list(fit["shape_key_names"]).index(name) for name in weights["names"]]
+        detail = np.einsum("tk,kvd->tvd", weights["weights"], fit["detail_residual"][order])
+    np.testing.assert_allclose(results["with detail"]["skin_positions"] - results["physics only"]["skin_positions"],
+                               detail, atol=1e-12)
+
+
+def test_muscle_contractions_add_on_top_of_the_shape_key_blend(small_model):
+    from solver.model_file import load_model
+    from solver.physics.activation import active_tet_indices, tet_activations, vector_from_symmetric
+    from solver.physics.inputs import ActivationInput
+    model = load_model(small_model)
+    active = active_tet_indices(model)
+    rng = np.random.default_rng(1)
+    frames = 2
+    blended_vectors = np.tile([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], (frames, len(active), 1))
+    blended_vectors[:, :, :3] += rng.uniform(-0.05, 0.05, (frames, len(active), 3))
+    jaw = rng.uniform(-0.01, 0.01, (frames, 5))
+    blended = ActivationInput(jaw=jaw, head_transforms=np.tile(np.eye(4), (frames, 1, 1)),
+                              activations=blended_vectors)
+    names = [str(name) for name in model["muscle_names"]]
+    at_rest = ActivationInput(jaw=np.zeros((frames, 5)), head_transforms=blended.head_transforms,
+                              muscle_contraction=np.ones((frames, len(names))), muscle_names=np.array(names))
+    unchanged = jobs._with_muscle_layer(model, blended, at_rest)
+    np.testing.assert_array_equal(unchanged.activations, blended_vectors)
+    np.testing.assert_array_equal(unchanged.jaw, jaw)
+    contraction = np.ones((frames, len(names)))
+    contraction[1, names.index("zygomaticus_major_L")] = 1.6
+    layered = jobs._with_muscle_layer(model, blended, dataclasses.replace(at_rest, muscle_contraction=contraction))
+    own = vector_from_symmetric(tet_activations(model, contraction[1])[active]) - [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    np.testing.assert_allclose(layered.activations[1], blended_vectors[1] + own, atol=1e-12)
+    np.testing.assert_array_equal(layered.activations[0], blended_vectors[0])
+    assert np.abs(own).max() > 0.1
+
+
+def test_teeth_contact_on_a_model_without_teeth_warns_of_the_landmark_arch(small_model):
+    import io
+    from solver.model_file import load_model
+    model = {key: value for key, value in load_model(small_model).items() if "teeth" not in key}
+    stream = io.StringIO()
+    settings = {"collisions": ["teeth"], "teeth_padding_m": None}
+    scene = jobs._collision_scene(model, settings, [], jobs.JobMessages(stream))
+    assert [collider.proxy.source for collider in scene.teeth] == ["landmark arch", "landmark arch"]
+    warnings = [json.loads(line) for line in stream.getvalue().splitlines() if '"warning"' in line]
+    assert len(warnings) == 2 and all("no teeth mesh" in warning["message"] for warning in warnings)
