@@ -17,6 +17,7 @@ import pytest
 from solver.inverse.blend import blend, load_weights
 from solver.inverse.equilibrium import StaticFace
 from solver.inverse.fibre_fit import FibreFitter
+from solver.inverse import fit as fit_module
 from solver.inverse.fit import ShapeFitter
 from solver.inverse.fit_file import FitFormatError, load_fit, save_fit
 from solver.inverse.regularizers import (ActivationPrior, GroupSparsity, MuscleMembership, contraction_activation,
@@ -123,6 +124,41 @@ def test_one_dof_fibre_activations_are_volume_preserving(membership):
 
 
 # ----------------------------------------------------------------------------- sensitivities
+
+def test_a_step_against_the_eigenvalue_bounds_still_descends():
+    """Half the tets sit at the lower eigenvalue bound and the quadratic model's minimiser pushes
+    them further out. Shortening each tet's part of that minimiser throws most of the model's
+    decrease away (on ICT jawOpen it turned negative and stopped the fit after 3 iterations);
+    the active-set step freezes the cut tets, re-solves the rest, keeps every S inside the
+    bounds and promises at least twice as much here."""
+    rng = np.random.default_rng(5)
+    count = 30
+    at_bound = np.arange(count) < count // 2
+    stretches = np.where(at_bound[:, None], [fit_module.MIN_ACTIVATION_EIGENVALUE, 1.3, 1.5], [1.0, 1.0, 1.0])
+    activations = vector_from_symmetric(np.einsum("ti,ij->tij", stretches, np.eye(3)))
+    size = 6 * count + 5
+    coupling = rng.normal(size=(size, size))
+    model_matrix = coupling.T @ coupling / size + 0.05 * np.eye(size)
+    goal = rng.normal(scale=0.05, size=size)
+    goal[:6 * count].reshape(count, 6)[at_bound, 0] = -0.3        # through the bound
+    gradient = -model_matrix @ goal
+
+    def model_product(direction_a, direction_b):
+        image = model_matrix @ np.concatenate([direction_a.ravel(), direction_b])
+        return image[:6 * count].reshape(count, 6), image[6 * count:]
+
+    grad_a, grad_b = gradient[:6 * count].reshape(count, 6), gradient[6 * count:]
+    step_a, step_b, predicted, cut_share = fit_module._step_within_bounds(
+        model_product, grad_a, grad_b, np.ones((count, 6)), activations, 1e-8, 400)
+    eigenvalues = np.linalg.eigvalsh(symmetric_from_vector(activations + step_a))
+    assert eigenvalues.min() >= fit_module.MIN_ACTIVATION_EIGENVALUE - 1e-12
+    assert eigenvalues.max() <= fit_module.MAX_ACTIVATION_EIGENVALUE + 1e-12
+    assert predicted > 0.0 and 0.0 < cut_share <= 1.0
+    assert predicted == pytest.approx(fit_module._model_decrease(model_product, grad_a, grad_b, step_a, step_b))
+    shortened_a, _ = fit_module._admissible_step(activations, goal[:6 * count].reshape(count, 6))
+    cut_minimiser = fit_module._model_decrease(model_product, grad_a, grad_b, shortened_a, goal[6 * count:])
+    assert predicted >= 2.0 * cut_minimiser, (predicted, cut_minimiser)
+
 
 def test_skin_jacobian_matches_finite_differences_of_the_equilibrium(demo_model, membership):
     face = StaticFace(demo_model, membership.tets, tolerance=1e-10)

@@ -30,6 +30,7 @@ except ImportError:                                               # pragma: no c
     from tests.ict_data import ICT_PATH, ict_available, load_ict_rig
 from solver.geometry import ClosestPointTree, WindingNumberTree
 from solver.model_builder import builder
+from solver.model_builder.attachments import LIP_GLIDE_RADIUS
 from solver.model_builder.builder import BuildOptions, build_model
 from solver.model_builder.errors import ModelBuildError
 from solver.model_builder.landmarks import infer_landmarks
@@ -489,6 +490,24 @@ def test_the_forehead_slides(model):
     assert above.sum() > 0, "no attached node above the brows"
     share = sliding[above].mean()
     assert share >= 0.7, f"only {share:.0%} of the {int(above.sum())} attached nodes above the brows slide"
+
+
+def test_the_lips_glide_over_the_teeth(model):
+    """Every attached node within the lip glide radius of a lip midpoint slides, on either bone:
+    lips are free tissue in front of the dental arches (attachments.py)."""
+    attached = np.concatenate([model["pin_nodes"], model["slide_nodes"]])
+    sliding = np.concatenate([np.zeros(len(model["pin_nodes"]), bool), np.ones(len(model["slide_nodes"]), bool)])
+    bone = np.concatenate([model["pin_bone"], model["slide_bone"]])
+    positions = model["rest_positions"][attached]
+    scale = json.loads(str(model["build_info"]))["face_scale"]
+    near_lips = np.zeros(len(attached), dtype=bool)
+    for lip in ("upper_lip", "lower_lip"):
+        near_lips |= np.linalg.norm(positions - _landmark(model, lip), axis=1) < LIP_GLIDE_RADIUS * scale
+    assert near_lips.sum() > 0, "no attached node near the lips"
+    assert sliding[near_lips].all(), f"{int((~sliding[near_lips]).sum())} attached nodes near the lips are pinned"
+    assert (bone[near_lips] == JAW).any() and (bone[near_lips] == SKULL).any(), "the lips glide over one bone only"
+    # The chin and the rest of the mandible still carry the lower face.
+    assert (model["pin_bone"] == JAW).sum() > 0
 
 
 # --------------------------------------------------------------------------- jaw

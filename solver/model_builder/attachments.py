@@ -7,8 +7,12 @@ head frame — the regions where real soft tissue glides over bone slide:
   slide — the brow raise of Fig. 5 moves the forehead skin over the cranium;
 * the cheek over the zygoma, lateral of the eyes between the eye and mouth heights: slide;
 * the neck core: slide;
-* everything else on the skull (nose bridge, orbital rims, maxilla, around the upper
-  teeth) and the whole mandible: pinned, so the jaw drives the lower face.
+* the lips over the teeth and gums, on both bones (within LIP_GLIDE_RADIUS of the upper or
+  lower lip's midpoint): slide — lips are free tissue in front of the dental arches, attached
+  to bone only at the fold of the gums; pinned there, ICT's upper lip was held 7–10 mm under
+  its surface and mouthLeft missed by 2.7 mm at the 95th percentile (2.2 mm sliding);
+* everything else on the skull (nose bridge, orbital rims, maxilla) and the rest of the
+  mandible: pinned, so the jaw drives the lower face.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import numpy as np
 from .tissue import JAW
 
 PIN, SLIDE = 0, 1
+LIP_GLIDE_RADIUS = 0.020     # m, for a head of landmark scale 1
 
 
 def bone_surface_nodes(nodes, faces, face_is_bone):
@@ -47,5 +52,8 @@ def split_pin_slide(positions, bone_label, landmarks, condyles):
     zygoma = (np.abs(local[:, 0]) > eye_x + 0.008 * s) & (local[:, 1] < eye["L"][1]) & (local[:, 1] > mouth_y + 0.01 * s)
     neck = local[:, 1] < menton_y - 0.01 * s
     behind_ears = local[:, 2] < frame.local(condyles).mean(0)[2] - 0.01 * s
-    slide = (forehead_scalp | zygoma | neck | behind_ears) & (bone_label != JAW)
+    lip_glide = np.zeros(len(positions), dtype=bool)
+    for lip in ("upper_lip", "lower_lip"):
+        lip_glide |= np.linalg.norm(positions - landmarks[lip], axis=1) < LIP_GLIDE_RADIUS * s
+    slide = ((forehead_scalp | zygoma | neck | behind_ears) & (bone_label != JAW)) | lip_glide
     return np.where(slide, SLIDE, PIN).astype(np.int8)
