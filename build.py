@@ -3,7 +3,7 @@
 
     python3 build.py setup [--no-bpy]      system libraries + .venv + pinned packages
     python3 build.py test [pytest args]    setup, then pytest (default: tests/)
-    python3 build.py demo [--out DIR]      setup, then `python -m solver demo`
+    python3 build.py demo [--out DIR]      setup, then the demo head through the solver and the add-on
     python3 build.py addon                 the Blender add-on zips (extension + legacy) in dist/
 
 Standard library only: this runs with the system python3 before any venv exists.
@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -299,10 +300,30 @@ def command_test(args, pytest_args):
     return code
 
 
+USER_GUIDE_IMAGES = os.path.join("docs", "images", "user-guide")
+
+
 def command_demo(args, extra):
+    """The solver's model pictures, then the main job through the Blender add-on (headless bpy)."""
     setup(no_bpy=args.no_bpy)
-    step("running the demo (output in %s)" % args.out)
-    return run([venv_python(), "-m", "solver", "demo", "--out", args.out], env=venv_env())
+    start = time.time()
+    step("solver demo: demo head -> model -> pictures (output in %s)" % args.out)
+    code = run([venv_python(), "-m", "solver", "demo", "--out", args.out], env=venv_env())
+    if code != 0:
+        return code
+    if args.no_bpy:
+        step("skipping the add-on demo: it needs the Blender module (set up without --no-bpy)")
+        return 0
+    step("add-on demo: import, build, fit, bake and render through the Blender add-on (output in %s)"
+         % args.out)
+    command = [venv_python(), "-m", "blender_addon.cli", "demo", "--out", args.out]
+    if args.update_docs:
+        command += ["--docs", USER_GUIDE_IMAGES]
+    code = run(command, env=venv_env())
+    if code == 0:
+        step("demo done in %.0f s: %s/demo.blend, pictures in %s/renders/"
+             % (time.time() - start, args.out, args.out))
+    return code
 
 
 ADDON_DIR = os.path.join(ROOT, "blender_addon")
@@ -387,11 +408,16 @@ def make_parser():
 
     p = commands.add_parser(
         "demo", allow_abbrev=False,
-        help="setup, then run `python -m solver demo`",
-        description="Run setup, then `.venv/bin/python -m solver demo --out DIR`.")
+        help="setup, then the demo head through the solver and the Blender add-on",
+        description="Run setup, then `.venv/bin/python -m solver demo --out DIR` (model pictures) and "
+                    "`.venv/bin/python -m blender_addon.cli demo --out DIR` (the add-on, headless: "
+                    "import, build, fit, bake, Cycles renders and a contact sheet; DIR/demo.blend).")
     p.add_argument("--out", default=os.path.join("out", "demo"),
                    help="output folder, relative to the project root (default: out/demo)")
-    p.add_argument("--no-bpy", action="store_true", help="set up without the Blender module")
+    p.add_argument("--update-docs", action="store_true",
+                   help="also copy the rendered pictures into %s" % USER_GUIDE_IMAGES)
+    p.add_argument("--no-bpy", action="store_true",
+                   help="set up without the Blender module (only the solver pictures are made)")
     p.set_defaults(function=command_demo)
 
     p = commands.add_parser(

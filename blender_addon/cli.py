@@ -1,11 +1,15 @@
-"""Headless farm bake: `python -m blender_addon.cli bake FILE.blend` with a Python that has the
-`bpy` module (pip's bpy, as in the project's .venv) — no Blender install or display needed.
+"""Headless farm bake and the product demo, with a Python that has the `bpy` module (pip's bpy,
+as in the project's .venv) — no Blender install or display needed.
 
     python -m blender_addon.cli bake shot.blend [--object Head ...] [--solver-python PY] [--output OUT.blend]
+    python -m blender_addon.cli demo [--out out/demo] [--quick] [--docs DIR] [--solver-python PY]
 
 Bakes every object that has a built Face Physics model (or the named ones) with its saved
 settings, then saves the file (in place, or as --output, with the caches beside that file). Exit status 0 when every
 bake succeeded, 1 otherwise; the solver's messages are printed as they arrive.
+
+`demo` works the built-in demo head through the add-on's operators (blender_addon/demo.py) into
+OUT/demo.blend and OUT/renders/*.png; --quick is the test suite's coarse, thumbnail-sized run.
 
 Inside a full Blender with the extension enabled the same work is
 `blender -b shot.blend --python-expr "import bpy; ...; bpy.ops.face_physics.bake(); bpy.ops.wm.save_mainfile()"`:
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def _enable_addon(solver_python: str) -> None:
@@ -83,8 +88,32 @@ def main(argv=None) -> int:
     bake.add_argument("--solver-python", default="", help="the solver Python (default: the preference saved "
                                                           "in Blender's user preferences, or the installed one)")
     bake.add_argument("--output", default="", help="save to this .blend instead of in place")
+    demo = commands.add_parser("demo", help="the demo head through the add-on: build, fit, bake, render")
+    demo.add_argument("--out", default="out/demo", help="output folder (default: out/demo)")
+    demo.add_argument("--quick", action="store_true", help="a coarse model and thumbnails (the tests' run)")
+    demo.add_argument("--docs", default="", help="also copy the pictures into this folder")
+    demo.add_argument("--solver-python", default=sys.executable,
+                      help="the solver Python (default: this Python)")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        return run_demo(args.out, args.solver_python, args.quick, args.docs)
     return bake_file(args.blend, args.object, args.solver_python, args.output)
+
+
+def run_demo(out: str, solver_python: str, quick: bool, docs: str) -> int:
+    import bpy
+    from . import demo
+    # The demo starts from an empty file; the add-on is enabled after it, as in a fresh session.
+    bpy.ops.wm.read_homefile(use_empty=True)
+    _enable_addon(solver_python)
+    try:
+        pictures = demo.run_demo(Path(out), solver_python, demo.QUICK if quick else demo.FULL,
+                                 Path(docs) if docs else None)
+    except (RuntimeError, OSError) as error:     # operator ERROR reports arrive as RuntimeError
+        print(f"demo failed: {error}", file=sys.stderr)
+        return 1
+    print("pictures:\n" + "\n".join(f"  {path}" for path in pictures.values()), flush=True)
+    return 0
 
 
 if __name__ == "__main__":

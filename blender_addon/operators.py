@@ -44,6 +44,16 @@ def _solver_poll(cls, context) -> bool:
     return True
 
 
+def _built_model_poll(cls, context) -> bool:
+    """The solver is available and the active skin has a built model."""
+    if not _solver_poll(cls, context):
+        return False
+    if not skin_object(context).face_physics.model_path:
+        cls.poll_message_set("Build the model first (Model panel)")
+        return False
+    return True
+
+
 class _SolverJobOperator:
     """Runs `self.start(context)`'s Job modally (or blocking in background) and calls
     `self.apply(context, job)` only when it succeeded."""
@@ -293,12 +303,7 @@ class FACE_PHYSICS_OT_bake(_SolverJobOperator, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        if not _solver_poll(cls, context):
-            return False
-        if not skin_object(context).face_physics.model_path:
-            cls.poll_message_set("Build the model first (Model panel)")
-            return False
-        return True
+        return _built_model_poll(cls, context)
 
     def start(self, context):
         obj = skin_object(context)
@@ -407,13 +412,9 @@ class FACE_PHYSICS_OT_fit(_SolverJobOperator, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        if not _solver_poll(cls, context):
+        if not _built_model_poll(cls, context):
             return False
-        obj = skin_object(context)
-        if not obj.face_physics.model_path:
-            cls.poll_message_set("Build the model first (Model panel)")
-            return False
-        if obj.data.shape_keys is None:
+        if skin_object(context).data.shape_keys is None:
             cls.poll_message_set("The skin has no shape keys to fit")
             return False
         return True
@@ -632,15 +633,20 @@ class FACE_PHYSICS_OT_import_rig(bpy.types.Operator):
 
     filepath: StringProperty(subtype='FILE_PATH')
     filter_glob: StringProperty(default="*.npz", options={'HIDDEN'})
+    bones: bpy.props.BoolProperty(name="Teeth and Bones", default=True,
+                                  description="Also import the rig's teeth, skull and jaw (when it has them) as "
+                                              "objects parented to the skin, and set them in the Model panel")
 
     def invoke(self, context, event):
         context.window_manager.fileselect_add(self)
         return {'RUNNING_MODAL'}
 
     def execute(self, context):
-        from .rig_import import import_rig
+        from .rig_import import import_rig, import_rig_bones
         try:
             obj = import_rig(context, bpy.path.abspath(self.filepath))
+            if self.bones:
+                import_rig_bones(context, bpy.path.abspath(self.filepath), obj)
         except (OSError, ValueError, KeyError) as error:
             self.report({'ERROR'}, f"could not import {self.filepath}: {error}")
             return {'CANCELLED'}

@@ -1,5 +1,6 @@
-"""Importing a face-rig `.npz` as a mesh object with shape keys and vertex groups (numpy only
-on the file side: read with allow_pickle=False). Used for the demo head and for round trips."""
+"""Importing a face-rig `.npz` as a mesh object with shape keys and vertex groups, and its
+optional teeth, skull and jaw as objects set in the Model panel (numpy only on the file side:
+read with allow_pickle=False). Used for the demo head and for round trips."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,3 +34,31 @@ def import_rig(context, path) -> "bpy.types.Object":
     context.view_layer.objects.active = obj
     obj.select_set(True)
     return obj
+
+
+# Rig array prefix → (object name suffix, the Model panel field that takes it).
+RIG_BONES = (("upper_teeth", "upper teeth", "teeth_object"), ("lower_teeth", "lower teeth", "lower_teeth_object"),
+             ("skull", "skull", "skull_object"), ("jaw", "jaw", "jaw_object"))
+
+
+def import_rig_bones(context, path, skin) -> list:
+    """The rig's teeth, skull and jaw surfaces as objects parented to the skin (same local frame,
+    so a later Build exports them where they were) and set in the skin's Model panel fields."""
+    with np.load(path, allow_pickle=False) as rig:
+        arrays = {key: rig[key] for key in rig.files}
+    made = []
+    for prefix, label, field in RIG_BONES:
+        if f"{prefix}_vertices" not in arrays:
+            continue
+        mesh = bpy.data.meshes.new(f"{skin.name} {label}")
+        mesh.from_pydata(arrays[f"{prefix}_vertices"].astype(np.float64).tolist(), [],
+                         [[int(i) for i in face if i >= 0] for face in arrays[f"{prefix}_faces"]])
+        mesh.validate(clean_customdata=False)
+        bone = bpy.data.objects.new(mesh.name, mesh)
+        for collection in skin.users_collection:
+            collection.objects.link(bone)
+        bone.parent = skin
+        bone.matrix_parent_inverse.identity()
+        setattr(skin.face_physics, field, bone)
+        made.append(bone)
+    return made

@@ -193,7 +193,7 @@ def test_the_addon_never_imports_numba_or_scipy():
         sys.path.insert(0, sys.argv[1])
         addon_utils.enable("blender_addon", default_set=True, handle_error=None)
         import blender_addon.cli, blender_addon.bake, blender_addon.muscle_overlay, blender_addon.rig_import
-        import blender_addon.install_solver
+        import blender_addon.install_solver, blender_addon.demo, blender_addon.demo_pictures
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "scipy", "solver")))
     """)
     pytest.importorskip("bpy")
