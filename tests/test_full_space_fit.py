@@ -87,16 +87,24 @@ def test_objective_gradient_matches_finite_differences(problem_and_point, part):
 
 
 def test_gauss_newton_hessian_is_exact_in_the_node_positions(problem_and_point):
-    """f_fit is quadratic in the reduced positions u, so its Gauss–Newton Hessian there (and in
-    the u–jaw block, for a change of u) is the exact derivative of the gradient."""
+    """f_fit is quadratic in the reduced positions u, so its Gauss–Newton Hessian in the u–u
+    block, and in the u–jaw-translation block, is the exact derivative of the gradient.
+
+    The u–jaw-rotation block is not exact once nodes slide on the jaw (the lips glide over the
+    lower teeth): their tangent basis turns with the jaw, which adds a residual-weighted term
+    Gauss–Newton drops. On this model it is a few per cent of the block; bound it at 10 %."""
     problem, z = problem_and_point
     layout = problem.layout
     hessian = problem.hessian_matrix(z, objective_factor=1.0)
     direction = _direction_in(problem, "displacement_slice", np.random.default_rng(4))
     finite = _central_difference(problem.gradient, z, direction)
     product = hessian @ direction
-    for part in (layout.displacement_slice, layout.jaw_slice):
-        assert np.linalg.norm(product[part] - finite[part]) <= 1e-6 * np.linalg.norm(finite[part])
+    displacement = layout.displacement_slice
+    assert np.linalg.norm(product[displacement] - finite[displacement]) <= 1e-6 * np.linalg.norm(finite[displacement])
+    jaw = np.arange(layout.jaw_slice.start, layout.jaw_slice.stop)
+    rotations, translations = jaw[:2], jaw[2:]
+    assert np.linalg.norm(product[translations] - finite[translations]) <= 1e-6 * np.linalg.norm(finite[translations])
+    assert np.linalg.norm(product[rotations] - finite[rotations]) <= 0.1 * np.linalg.norm(finite[rotations])
     assert np.abs(product[layout.activation_slice]).max() == 0.0                # f does not couple u and a
 
 
