@@ -63,15 +63,18 @@ DEMO_LIP_WEIGHTS = {
     "mouthClose":     [0.0, 0.5, 1.0, 1.00, 1.00, 1.00],
     "mouthRollLower": [0.0, 0.0, 0.0, 0.20, 0.40, 0.60],
 }
-# ICT (ARKit set): the same closing jaw plus lips pressed and rolled (those the fit has).
+# ICT (ARKit set): the jaw opening under mouthClose, then closing while the lower lip rolls in
+# and the lips press; then pucker with the jaw forward, and pucker with the mouth nearly shut.
+# Every frame's blend keeps the activations positive definite with the all-shape ICT fit
+# (mouthClose at 1 with any other lip key does not: mouthClose is fitted on top of jawOpen).
 ICT_LIP_WEIGHTS = {
-    "jawOpen":        [0.0, 0.5, 1.0, 0.80, 0.60, 0.40, 0.40],
-    "mouthClose":     [0.0, 0.5, 1.0, 1.00, 1.00, 1.00, 1.00],
-    "mouthRollLower": [0.0, 0.0, 0.0, 0.35, 0.70, 1.00, 1.00],
-    "mouthPress_L":   [0.0, 0.0, 0.0, 0.30, 0.60, 0.80, 1.00],
-    "mouthPress_R":   [0.0, 0.0, 0.0, 0.30, 0.60, 0.80, 1.00],
-    "mouthPucker":    [0.0, 0.0, 0.0, 0.00, 0.00, 0.30, 0.60],
-    "jawForward":     [0.0, 0.0, 0.0, 0.00, 0.00, 0.30, 0.60],
+    "jawOpen":        [0.0, 0.5, 1.0, 0.7, 0.4, 0.0, 0.3],
+    "mouthClose":     [0.0, 0.5, 1.0, 0.7, 0.4, 0.0, 0.3],
+    "mouthRollLower": [0.0, 0.0, 0.0, 0.5, 0.8, 0.0, 0.0],
+    "mouthPress_L":   [0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0],
+    "mouthPress_R":   [0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0],
+    "mouthPucker":    [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.7],
+    "jawForward":     [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.7],
 }
 
 
@@ -150,6 +153,16 @@ def lip_vertices(scene: CollisionScene) -> np.ndarray:
     return np.union1d(scene.lips.upper_vertices, scene.lips.lower_vertices)
 
 
+def labial_lip_vertices(scene: CollisionScene, model, axes: np.ndarray) -> np.ndarray:
+    """The lip vertices on the labial side of the teeth at rest: in front of the frontmost teeth
+    proxy surface on their forward line, or beside, above or below the teeth as seen from the
+    front. The others — on the demo head the inner lining, which the rig runs through and behind
+    the teeth — are on the mouth side already in the neutral face, so "ending behind the teeth"
+    does not apply to them."""
+    lips = lip_vertices(scene)
+    return lips[rest_behind_teeth(scene, model, axes, lips) <= 0.0]
+
+
 def behind_teeth(scene: CollisionScene, skin: np.ndarray, pose: BonePose, axes: np.ndarray,
                  vertices: np.ndarray, allowance: np.ndarray) -> np.ndarray:
     """(len(vertices),) how far (m) each lip vertex lies behind the front of the teeth, beyond
@@ -178,8 +191,8 @@ class RecordingScene:
         self.teeth_indices = [i for i, name in enumerate(scene.names) if name.endswith("_teeth")]
         self.teeth_planes: list = []          # (frame, vertex, point, normal, collider)
 
-    def detect(self, skin_positions, pose):
-        planes = self.scene.detect(skin_positions, pose)
+    def detect(self, skin_positions, pose, margin: float = 0.0):
+        planes = self.scene.detect(skin_positions, pose, margin=margin)
         teeth = np.isin(planes.collider, self.teeth_indices)
         if teeth.any():
             self.teeth_planes.append((pose.frame, planes.vertex[teeth], planes.point[teeth], planes.normal[teeth],
@@ -228,17 +241,21 @@ class LipFrame:
     plain_count: int
     plain_depth: float                 # m
     plain_per_collider: dict
-    simulated_depth: float             # m, CollisionScene.measure on the simulated skin
+    simulated_depth: float             # m, CollisionScene.measure on the displayed skin (detail included)
     simulated_count: int
     reported_depth: float              # m, FrameResult.penetration_depth_max
     contacts: int
     rounds: int
-    anchored: int
+    anchored: int                      # vertices the tissue cannot push, projected out for display
     converged: bool
     seconds: float
-    behind_plain: float                # m, worst lip vertex behind the teeth (beyond rest)
+    behind_plain: float                # m, worst labial lip vertex behind the front of the teeth
     behind_simulated: float
-    detail_depth: float = 0.0          # m, simulated skin + the fit's detail residual
+    anchored_depth: float = 0.0        # m, how deep the anchored vertices were (embedded skin)
+    physics_depth: float = 0.0         # m, the embedded skin's pushable vertices (drive ≥ 0.25): what the tissue holds
+    projected: int = 0                 # displayed-skin vertices the display projection moved
+    projection_max: float = 0.0        # m, its largest move
+    all_skin_depth: float = 0.0        # m, displayed skin with every skin vertex tested against the teeth
 
 
 @dataclass
@@ -247,17 +264,36 @@ class LipRun:
     weights: np.ndarray
     poses: list
     plain: np.ndarray                  # (T,V,3)
-    simulated: np.ndarray              # (T,V,3) without detail
+    simulated: np.ndarray              # (T,V,3) the displayed skin: embedded + detail + anchored projection
     detail: np.ndarray                 # (T,V,3)
     frames: list = field(default_factory=list)
     recording: Optional[RecordingScene] = None
     positions: list = field(default_factory=list)     # (T,) tet node positions
 
 
+def pushable_depth(simulator: FaceSimulator, scene: CollisionScene, pose: BonePose) -> float:
+    """How deep (m) the embedded skin — the tissue's own result, before the detail offset and the
+    display projection — lies in the scene at the vertices the tissue is asked to hold out:
+    pushable ones (drive ≥ 0.25), measured beyond what the compression limit lets a plane give
+    up (contact.MAX_TISSUE_COMPRESSION)."""
+    response = simulator.contact_response
+    planes = scene.detect(simulator.skin_positions(), pose)
+    planes = planes.subset(response.vertex_movable[planes.vertex])
+    if not planes.count:
+        return 0.0
+    given_up = (response.skin_over_bone.compression_limit(planes, pose) if response.skin_over_bone is not None
+                else np.zeros(planes.count))
+    return float(np.maximum(planes.depth - given_up, 0.0).max())
+
+
 def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScene,
-                     settings: Optional[SimulationSettings] = None, progress=print) -> LipRun:
-    """Plain blend vs fit → blend → FaceSimulator(collisions=scene) for the schedule's weights.
-    `deltas_of(names)` gives the rig's (K,V,3) deltas of the named shapes."""
+                     settings: Optional[SimulationSettings] = None, progress=print,
+                     all_skin_scene: Optional[CollisionScene] = None) -> LipRun:
+    """Plain blend vs fit → blend → FaceSimulator(collisions=scene) for the schedule's weights,
+    with the fit's detail residual as each frame's skin offset (so the contacts hold the
+    displayed skin out, as `animate` does). `deltas_of(names)` gives the rig's (K,V,3) deltas
+    of the named shapes. `all_skin_scene` (optional): a scene testing every skin vertex against
+    the teeth, measured on the displayed skin for the record."""
     fit_names = [str(n) for n in fit["shape_key_names"]]
     weights, used = weight_matrix(schedule, fit_names)
     frames = len(weights)
@@ -267,7 +303,7 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
     order = [fit_names.index(name) for name in used]
     plain = plain_blend(model, deltas_of(used), weights[:, order])
     axes = _head_axes(model)
-    lips = lip_vertices(scene)
+    lips = labial_lip_vertices(scene, model, axes)
     rest_behind = rest_behind_teeth(scene, model, axes, lips)
     recording = RecordingScene(scene)
     simulator = FaceSimulator(model, settings or SimulationSettings(), collisions=recording)
@@ -277,13 +313,14 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
         plain_measure = scene.measure(plain[frame], poses[frame])
         started = time.perf_counter()
         step = simulator.step(activations.tet_activations(model, frame), activations.jaw[frame],
-                              activations.head_transforms[frame], frame=frame)
+                              activations.head_transforms[frame], frame=frame, skin_offset=blended.detail[frame])
         seconds = time.perf_counter() - started
-        skin = simulator.skin_positions()
+        skin = simulator.displayed_skin(blended.detail[frame])
         run.simulated[frame] = skin
         run.positions.append(simulator.positions.copy())
         measured = scene.measure(skin, poses[frame])
-        with_detail = scene.measure(skin + blended.detail[frame], poses[frame])
+        physics_depth = pushable_depth(simulator, scene, poses[frame])
+        everything = None if all_skin_scene is None else all_skin_scene.measure(skin, poses[frame])
         record = LipFrame(
             plain_count=plain_measure.penetrating_vertices, plain_depth=plain_measure.max_depth_m,
             plain_per_collider=dict(plain_measure.per_collider), simulated_depth=measured.max_depth_m,
@@ -292,7 +329,9 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
             converged=step.converged, seconds=seconds,
             behind_plain=float(behind_teeth(scene, plain[frame], poses[frame], axes, lips, rest_behind).max()),
             behind_simulated=float(behind_teeth(scene, skin, poses[frame], axes, lips, rest_behind).max()),
-            detail_depth=with_detail.max_depth_m)
+            anchored_depth=step.anchored_depth_max, physics_depth=physics_depth,
+            projected=step.projected_vertices, projection_max=step.projection_max,
+            all_skin_depth=np.nan if everything is None else everything.max_depth_m)
         run.frames.append(record)
         progress(describe_lip_frame(frame, record))
     return run
@@ -304,9 +343,11 @@ def describe_lip_frame(frame: int, record: LipFrame) -> str:
             f"{record.plain_depth * MM:6.3f} mm, lips behind teeth {max(record.behind_plain, 0) * MM:5.2f} mm | "
             f"simulated max {record.simulated_depth * MM:6.4f} mm ({record.simulated_count} vertices, reported "
             f"{record.reported_depth * MM:.4f}), behind teeth {max(record.behind_simulated, 0) * MM:.3f} mm, "
-            f"{record.contacts} contacts, {record.rounds} rounds, {record.anchored} anchored, "
-            f"{'converged' if record.converged else 'NOT converged'}, {record.seconds:.2f} s; "
-            f"with detail {record.detail_depth * MM:.3f} mm")
+            f"{record.contacts} contacts, {record.rounds} rounds, "
+            f"{'converged' if record.converged else 'NOT converged'}, {record.seconds:.2f} s; tissue holds its "
+            f"pushable skin to {record.physics_depth * MM:.4f} mm, {record.anchored} anchored up to "
+            f"{record.anchored_depth * MM:.3f} mm; display projection moved {record.projected} vertices up to "
+            f"{record.projection_max * MM:.3f} mm; every skin vertex vs teeth {record.all_skin_depth * MM:.3f} mm")
 
 
 def summarise_lip_run(run: LipRun) -> list[str]:
@@ -319,7 +360,11 @@ def summarise_lip_run(run: LipRun) -> list[str]:
         f"lips behind the teeth ≤ {max(max(f.behind_simulated, 0) for f in frames) * MM:.4f} mm, "
         f"{sum(not f.converged for f in frames)} unconverged frames, {sum(f.rounds for f in frames)} rounds, "
         f"{sum(f.anchored for f in frames)} anchored, {sum(f.seconds for f in frames):.1f} s in all",
-        f"simulated + detail residual: deepest {max(f.detail_depth for f in frames) * MM:.3f} mm",
+        f"tissue: pushable embedded skin within {max(f.physics_depth for f in frames) * MM:.4f} mm; anchored up to "
+        f"{max(f.anchored for f in frames)} per frame, up to {max(f.anchored_depth for f in frames) * MM:.3f} mm; "
+        f"display projection up to {max(f.projected for f in frames)} vertices, up to "
+        f"{max(f.projection_max for f in frames) * MM:.3f} mm; every skin vertex vs the teeth: "
+        f"{max(f.all_skin_depth for f in frames) * MM:.3f} mm",
     ]
     return lines
 
@@ -397,6 +442,18 @@ def headset_shell(model, frames: int = 5, press: float = 2.0e-3, clearance: floa
     return vertices, faces, transforms
 
 
+def with_sliding_nodes_pinned(model) -> dict:
+    """A copy of the model whose sliding bone nodes are pinned to their bone instead. The control
+    for the headset: on the demo head the tissue over the glabella slides over the skull
+    unchecked under the press (docs/collisions.md), which pinning takes out of the picture."""
+    pinned = dict(model)
+    pinned["pin_nodes"] = np.concatenate([model["pin_nodes"], model["slide_nodes"]])
+    pinned["pin_bone"] = np.concatenate([model["pin_bone"], model["slide_bone"]])
+    for key in ("slide_nodes", "slide_bone", "slide_normals"):
+        pinned[key] = model[key][:0]
+    return pinned
+
+
 def save_headset(path, model, **options) -> Path:
     vertices, faces, transforms = headset_shell(model, **options)
     path = Path(path)
@@ -427,19 +484,22 @@ def vertex_normals(positions, triangles):
 
 @dataclass
 class PressResult:
-    depth: list                      # m per frame, CollisionScene.measure on the skin
+    depth: list                      # m per frame, CollisionScene.measure on the displayed skin
     reported: list                   # m per frame, FrameResult.penetration_depth_max
     contacts: list
     rounds: list
     anchored: list
     converged: list
     seconds: list
-    volume_change: float             # total tet volume, last frame / rest − 1
-    smallest_volume_ratio: float
-    pressed_in: float                # m, deepest inward skin motion (along the rest normal) in the contact
-    bulge: float                     # m, largest outward skin motion in the ring around the contact
-    bulge_mean: float                # m, mean outward motion over that ring
-    ring_vertices: int
+    physics_depth: list = field(default_factory=list)   # m per frame: the embedded skin's pushable vertices
+    projection: list = field(default_factory=list)      # m per frame: the display projection's largest move
+    bone_limited: list = field(default_factory=list)    # vertices per frame held at MAX_TISSUE_COMPRESSION
+    volume_change: float = 0.0       # total tet volume, last frame / rest − 1
+    smallest_volume_ratio: float = 0.0
+    pressed_in: float = 0.0          # m, deepest inward skin motion (along the rest normal) in the contact
+    bulge: float = 0.0               # m, largest outward skin motion in the ring around the contact
+    bulge_mean: float = 0.0          # m, mean outward motion over that ring
+    ring_vertices: int = 0
     skin: np.ndarray = None          # (V,3) the last frame's skin
     positions: np.ndarray = None     # (N,3) the last frame's tet nodes
 
@@ -451,30 +511,34 @@ def press_scenario(model, scene, collider_name: str, frames: int, settings: Opti
     contact whose distance to the nearest contact vertex lies in `ring` (m)."""
     simulator = FaceSimulator(model, settings or SimulationSettings(), collisions=scene)
     activation = np.tile(np.eye(3), (len(model["tets"]), 1, 1)) if activation is None else activation
-    out = PressResult([], [], [], [], [], [], [], 0.0, 0.0, 0.0, 0.0, 0.0, 0)
+    out = PressResult([], [], [], [], [], [], [])
     pose = None
     for frame in range(frames):
         started = time.perf_counter()
         step = simulator.step(activation, np.zeros(5), np.eye(4), frame=frame)
         seconds = time.perf_counter() - started
         pose = BonePose(step.skull_transform, step.jaw_transform, frame)
-        measured = scene.measure(simulator.skin_positions(), pose)
+        measured = scene.measure(simulator.displayed_skin(), pose)
+        physics = pushable_depth(simulator, scene, pose)
         for key, value in (("depth", measured.max_depth_m), ("reported", step.penetration_depth_max),
                            ("contacts", step.contacts), ("rounds", step.collision_rounds),
                            ("anchored", step.anchored_vertices), ("converged", step.converged),
-                           ("seconds", seconds)):
+                           ("seconds", seconds), ("physics_depth", physics), ("projection", step.projection_max),
+                           ("bone_limited", step.bone_limited_vertices)):
             getattr(out, key).append(value)
-        progress(f"frame {frame}: depth {measured.max_depth_m * MM:.4f} mm ({measured.per_collider}), reported "
-                 f"{step.penetration_depth_max * MM:.4f} mm, {step.contacts} contacts, {step.collision_rounds} rounds, "
-                 f"{step.anchored_vertices} anchored, {'converged' if step.converged else 'NOT converged: ' + step.reason}, "
-                 f"{seconds:.2f} s")
+        progress(f"frame {frame}: displayed skin {measured.max_depth_m * MM:.4f} mm deep ({measured.per_collider}), "
+                 f"reported {step.penetration_depth_max * MM:.4f} mm; pushable embedded skin {physics * MM:.4f} mm; "
+                 f"{step.contacts} contacts, {step.collision_rounds} rounds, {step.anchored_vertices} anchored, "
+                 f"{step.bone_limited_vertices} held at the compression limit, projection {step.projected_vertices} "
+                 f"vertices up to {step.projection_max * MM:.3f} mm, "
+                 f"{'converged' if step.converged else 'NOT converged: ' + step.reason}, {seconds:.2f} s")
     rest_positions = np.asarray(model["rest_positions"], dtype=np.float64)
     positions = simulator.positions.reshape(-1, 3)
     rest_volumes = signed_volumes(rest_positions, model["tets"])
     volumes = signed_volumes(positions, model["tets"])
     out.volume_change = float(volumes.sum() / rest_volumes.sum() - 1.0)
     out.smallest_volume_ratio = float((volumes / rest_volumes).min())
-    skin = simulator.skin_positions()
+    skin = simulator.displayed_skin()
     out.skin, out.positions = skin, positions.copy()
     rest = np.asarray(model["skin_vertices"], dtype=np.float64)
     normals = vertex_normals(rest, np.asarray(model["skin_triangles"]))
@@ -519,7 +583,10 @@ def _near_collider(collider, skin, pose, distance, mask=False):
 def describe_press(name: str, result: PressResult) -> list[str]:
     return [f"{name}: deepest {max(result.depth) * MM:.4f} mm over {len(result.depth)} frames (accepted ≤ "
             f"{ACCEPTED_DEPTH * MM} mm; reported {max(result.reported) * MM:.4f} mm), contacts {result.contacts}, "
-            f"rounds {result.rounds}, anchored {result.anchored}, {sum(not c for c in result.converged)} unconverged, "
+            f"rounds {result.rounds}, anchored {result.anchored}, held at the compression limit {result.bone_limited}, "
+            f"{sum(not c for c in result.converged)} unconverged, pushable embedded skin within "
+            f"{max(result.physics_depth, default=0.0) * MM:.4f} mm, display projection up to "
+            f"{max(result.projection, default=0.0) * MM:.3f} mm, "
             f"{sum(result.seconds):.1f} s",
             f"{name}: tet volume change {result.volume_change * 100:+.3f} % (accepted ±{ACCEPTED_VOLUME_CHANGE * 100:.0f} %), "
             f"smallest tet volume ratio {result.smallest_volume_ratio:.3f}, skin pressed in "
@@ -636,6 +703,9 @@ def run_headset(model, press: float, frames: int = 5):
           f"pressed {press * MM:.1f} mm past first contact")
     scene = CollisionScene(model, teeth=True, lips=True, colliders=[shell])
     for line in describe_press("headset", press_scenario(model, scene, "headset", frames)):
+        print(line)
+    pinned = with_sliding_nodes_pinned(model)
+    for line in describe_press("headset, sliding nodes pinned", press_scenario(pinned, scene, "headset", frames)):
         print(line)
     finger = CollisionScene(model, teeth=True, lips=True, colliders=[cheek_finger(model, frames)])
     for line in describe_press("finger", press_scenario(model, finger, "finger", frames)):

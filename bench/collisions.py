@@ -5,11 +5,13 @@ few quasi-static frames (Newton/AL path, optionally IPOPT).
 
     .venv/bin/python bench/collisions.py [--target-tets 3000] [--frames 4] [--contact-solver newton|ipopt]
 
-Lip-contact case: an ICT-style model and its fit; the lip-closing shape keys (mouthPress,
-mouthClose, mouthRoll…, those present) are ramped from neutral to full strength over the frames
-and solved with and without ``CollisionScene(model, teeth=True, lips=True)``.
+Lip-contact case: an ICT-style model and its fit; the lip-contact animation of the acceptance
+scenarios (bench/collision_scenarios.py: ICT_LIP_WEIGHTS for an ARKit fit, else
+DEMO_LIP_WEIGHTS — the jaw opening under mouthClose, closing with the lower lip rolled in and
+the lips pressed, pucker with the jaw forward), blended through the fit, solved with and
+without ``CollisionScene(model, teeth=True, lips=True)``.
 
-    .venv/bin/python bench/collisions.py --model MODEL.npz --fit FIT.npz [--frames 8]
+    .venv/bin/python bench/collisions.py --model MODEL.npz --fit FIT.npz [--frames 7]
 
 Prints tet and skin-vertex counts, ms per frame without and with collisions, contacts, rounds,
 and the overhead of collisions in percent (total frame time with / without − 1).
@@ -32,7 +34,7 @@ from solver.geometry import triangle_normals_areas  # noqa: E402
 from solver.inverse.fit_file import load_fit  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
 from solver.model_file import load_model  # noqa: E402
-from solver.physics.activation import active_tet_indices, tet_activations_from_vectors  # noqa: E402
+from solver.inverse.blend import blend  # noqa: E402
 from solver.physics.contact import ColliderSet  # noqa: E402
 from solver.physics.simulator import FaceSimulator, SimulationSettings  # noqa: E402
 
@@ -65,21 +67,19 @@ def run(model, frame_inputs, settings, collisions):
     return results
 
 
-LIP_KEYS = ("mouthPress_L", "mouthPress_R", "mouthClose", "mouthRollLower", "mouthRollUpper", "mouthPucker")
-
-
 def lip_contact_frames(model, fit, frames):
-    """Activations and jaw ramping from the fit's neutral to the sum of the lip-closing keys."""
+    """[(tet activations, jaw)] of the scenario animation's first `frames` frames, blended
+    through the fit (blend refuses weights whose activations are not positive definite), and
+    the shape keys used."""
+    from collision_scenarios import DEMO_LIP_WEIGHTS, ICT_LIP_WEIGHTS, weight_matrix
     names = [str(n) for n in fit["shape_key_names"]]
-    keys = [names.index(k) for k in LIP_KEYS if k in names]
-    if not keys:
-        raise SystemExit(f"the fit has none of the lip-closing shape keys {', '.join(LIP_KEYS)}")
-    neutral = fit["neutral_activations"]
-    delta = sum(fit["activations"][k] - neutral for k in keys)
-    jaw = sum(fit["jaw"][k] for k in keys)
-    active, tet_count = active_tet_indices(model), len(model["tets"])
-    return [(tet_activations_from_vectors(neutral + t * delta, active, tet_count), t * jaw)
-            for t in np.linspace(0.0, 1.0, frames)], [names[k] for k in keys]
+    schedule = ICT_LIP_WEIGHTS if "mouthPress_L" in names else DEMO_LIP_WEIGHTS
+    weights, used = weight_matrix(schedule, names)
+    if not used:
+        raise SystemExit(f"the fit has none of the lip-contact shape keys {', '.join(schedule)}")
+    weights = weights[:frames]
+    blended = blend(fit, weights, 24.0, np.tile(np.eye(4), (len(weights), 1, 1)), detail=False).activations
+    return [(blended.tet_activations(model, frame), blended.jaw[frame]) for frame in range(len(weights))], used
 
 
 def report(plain, pressed):
@@ -87,6 +87,7 @@ def report(plain, pressed):
         print(f"frame {frame}: {1e3 * t0:8.1f} ms without ({r0.iterations} it), {1e3 * t1:8.1f} ms with collisions "
               f"({r1.iterations} it, {r1.contacts} contacts, {r1.collision_rounds} rounds, depth "
               f"{1e3 * r1.penetration_depth_max:.4f} mm, {r1.anchored_vertices} anchored, "
+              f"{r1.projected_vertices} projected up to {1e3 * r1.projection_max:.3f} mm, "
               f"{'converged' if r1.converged else 'NOT converged'})")
     without, with_ = sum(t for t, _ in plain), sum(t for t, _ in pressed)
     frames = len(plain)
@@ -98,7 +99,7 @@ def report(plain, pressed):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target-tets", type=int, default=3000)
-    parser.add_argument("--frames", type=int, default=4)
+    parser.add_argument("--frames", type=int, default=4, help="frames (the lip case: at most the animation's 7)")
     parser.add_argument("--contact-solver", choices=("newton", "ipopt"), default="newton")
     parser.add_argument("--model", type=Path, help="MODEL.npz for the lip-contact case (with --fit)")
     parser.add_argument("--fit", type=Path, help="FIT.npz of that model")

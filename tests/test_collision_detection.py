@@ -9,10 +9,12 @@ from ict_data import ict_available, load_ict_rig
 from solver.collisions import (
     BonePose, CollisionScene, ContactPlanes, MeshCollider, MeshColliderError, load_mesh_collider,
 )
-from solver.collisions.detection import SurfaceQuery, closed_penetrations, inside_closed, patch_penetrations
+from solver.collisions.detection import (SurfaceQuery, closed_penetrations, inside_closed, patch_hits,
+                                        patch_penetrations)
+from solver.collisions.lips import barycentric_weights
 from solver.collisions.lips import find_lip_surfaces, lip_vertices_from_groups
 from solver.collisions.teeth import landmark_arch_proxy, teeth_proxies
-from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree, icosphere
+from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree, icosphere, vertex_normals
 
 IDENTITY = BonePose(skull=np.eye(4), jaw=np.eye(4), frame=0)
 
@@ -157,6 +159,64 @@ def test_open_patch_counts_points_behind_it_and_not_beside_its_border():
     np.testing.assert_allclose(found.depth, [0.1, 0.2], atol=1e-12)
 
 
+def test_predictive_margin_adds_the_points_just_outside_with_depth_zero():
+    """closed_penetrations with a margin: the inside points as without it, plus the outside
+    points whose closest region point is less than the margin away (brute force), in front of
+    their plane, depth 0. Outside points nearer another part of the surface than the region get
+    no plane (it would lie across the volume)."""
+    vertices, triangles = lumpy_sphere(3)
+    centroids = vertices[triangles].mean(1)
+    region_triangles = triangles[centroids[:, 2] > 0.2]
+    volume, region = SurfaceQuery(vertices, triangles), SurfaceQuery(vertices, region_triangles)
+    points = np.random.default_rng(11).uniform(-1.3, 1.3, size=(3000, 3))
+    margin = 0.08
+    plain = closed_penetrations(volume, region, points, surface_normals=True)
+    found = closed_penetrations(volume, region, points, surface_normals=True, margin=margin)
+    inside = WindingNumberTree(vertices, triangles).query(points) > 0.5
+    region_distance, _ = brute_closest(points, vertices, region_triangles)
+    volume_distance, _ = brute_closest(points, vertices, triangles)
+    extra = np.setdiff1d(found.index, plain.index)
+    assert len(extra) > 20
+    assert not inside[extra].any()
+    assert (region_distance[extra] < margin + 1e-12).all() and (volume_distance[extra] < margin + 1e-12).all()
+    in_both = np.isin(found.index, plain.index)
+    np.testing.assert_array_equal(found.index[in_both], plain.index)
+    np.testing.assert_allclose(found.depth[in_both], plain.depth)
+    assert (found.depth[~in_both] == 0.0).all()
+    assert (np.einsum("ij,ij->i", found.normal[~in_both], points[extra] - found.point[~in_both]) >= 0.0).all()
+    # Every outside point near the region and in front of its tangent plane is there.
+    hit = region.query(points)
+    in_front = np.einsum("ij,ij->i", hit.normal, points - hit.closest) >= 0.0
+    expected = np.flatnonzero(~inside & (region_distance < margin) & (volume_distance < margin) & in_front
+                              & (region_distance > 1e-9))
+    assert set(expected) <= set(extra)
+
+
+def test_patch_hits_name_the_triangle_and_the_margin_adds_points_in_front():
+    grid = np.stack(np.meshgrid(np.linspace(-1, 1, 9), np.linspace(-1, 1, 9), indexing="ij"), -1).reshape(-1, 2)
+    vertices = np.column_stack([grid, 0.1 * np.sin(2 * grid[:, 0])])
+    index = np.arange(81).reshape(9, 9)
+    quads = np.stack([index[:-1, :-1], index[1:, :-1], index[1:, 1:], index[:-1, 1:]], -1).reshape(-1, 4)
+    triangles = np.concatenate([quads[:, [0, 1, 2]], quads[:, [0, 2, 3]]])
+    patch = SurfaceQuery(vertices, triangles)
+    rng = np.random.default_rng(5)
+    points = np.column_stack([rng.uniform(-0.9, 0.9, (400, 2)), rng.uniform(-0.4, 0.4, 400)])
+    found, triangle = patch_hits(patch, points, 0.3, np.cos(np.radians(45)), surface_normals=True, margin=0.05)
+    distance, closest = brute_closest(points[found.index], vertices, triangles)
+    np.testing.assert_allclose(found.point, closest, atol=1e-9)
+    # The plane point lies on the named triangle, with barycentric weights that rebuild it.
+    weights = barycentric_weights(found.point, vertices[triangles[triangle]])
+    np.testing.assert_allclose(np.einsum("ck,ckd->cd", weights, vertices[triangles[triangle]]), found.point, atol=1e-12)
+    assert (weights >= 0.0).all()
+    side = np.einsum("ij,ij->i", found.normal, points[found.index] - found.point)
+    behind, in_front = side < 0.0, side >= 0.0
+    assert behind.any() and in_front.any()
+    assert (distance[in_front] < 0.05).all() and (found.depth[in_front] == 0.0).all()
+    assert (distance[behind] <= 0.3 + 1e-12).all()
+    np.testing.assert_array_equal(found.index[behind], patch_penetrations(patch, points, 0.3, np.cos(np.radians(45)),
+                                                                          surface_normals=True).index)
+
+
 # ---------------------------------------------------------------------------
 # Teeth proxies
 
@@ -220,6 +280,35 @@ def test_neutral_demo_face_has_no_contacts_and_the_lips_do_not_overlap_at_rest(s
     assert demo_scene.detect(skin, IDENTITY).count == 0
     raw = CollisionScene(small_demo_model, teeth=False, rest_allowance=False)
     assert raw.detect(skin, IDENTITY).count == 0
+
+
+def test_the_teeth_meet_the_lips_only(small_demo_model, demo_scene):
+    """Paper 000 §4 collides the lips with the teeth; the rest of the mouth-socket lining lies on
+    the gums and teeth in the rig and is not tested (docs/collisions.md, "Which skin meets the
+    teeth"). The teeth test exactly the vertices of both lips; a lining vertex pushed into the
+    teeth is found only with teeth_vertices="all"; the rest allowance then covers the lining
+    that lies inside the padded proxies at rest."""
+    lips = demo_scene.lips
+    lip_set = np.union1d(lips.upper_vertices, lips.lower_vertices)
+    np.testing.assert_array_equal(demo_scene.teeth_vertices, lip_set)
+    for collider in demo_scene.teeth:
+        np.testing.assert_array_equal(collider.tested_vertices, lip_set)
+    everything = CollisionScene(small_demo_model, teeth_vertices="all")
+    skin = small_demo_model["skin_vertices"]
+    assert everything.detect(skin, IDENTITY).count == 0
+    lining_at_rest = np.flatnonzero((everything.allowance[0] > 0) | (everything.allowance[1] > 0))
+    assert len(np.setdiff1d(lining_at_rest, lip_set)) > 0, "the demo's mouth lining lies in the teeth at rest"
+    # Push a lining vertex (not on a lip, outside the teeth at rest) 1 mm into the upper teeth proxy.
+    proxy = demo_scene.teeth[0].proxy
+    inward = proxy.vertices - 1e-3 * vertex_normals(proxy.vertices, proxy.triangles)
+    point = inward[np.flatnonzero(proxy.contains(inward))[0]]
+    lining = np.setdiff1d(np.flatnonzero((everything.allowance[0] == 0) & (everything.allowance[1] == 0)), lip_set)
+    moved = skin.copy()
+    target = lining[np.argmin(np.linalg.norm(skin[lining] - point, axis=1))]
+    moved[target] = point
+    assert target not in demo_scene.detect(moved, IDENTITY).vertex
+    assert target in everything.detect(moved, IDENTITY).vertex
+    assert CollisionScene(small_demo_model, teeth_vertices=[target]).detect(moved, IDENTITY).vertex.tolist() == [target]
 
 
 def test_lip_pushed_into_the_upper_teeth_is_pushed_forward(small_demo_model, demo_scene):

@@ -249,28 +249,42 @@ def test_ipopt_path_matches_the_newton_path_on_the_cheek(cheek_press):
     assert ratio > 0.0 and difference < 0.5e-3, report
 
 
-def test_anchored_vertices_of_a_coarse_model_are_left_alone_and_reported(small_demo_model):
+def test_anchored_vertices_of_a_coarse_model_are_projected_out_for_display(small_demo_model):
     """On the 3,000-tet model the cheek is one tet thick: some skin vertices sit in tets whose
     only movable node carries a weight ≤ 0.25 (or a negative one), so pushing them out would
     drag that node ≥ 4× as far (or the wrong way) and crush the tet — before the
-    MIN_CONTACT_DRIVE rule the same press inverted tets (volume ratio −4). They are skipped and
-    reported; every other vertex is held out. Measured: 5 anchored vertices (up to 1.8 mm
-    deep), smallest volume ratio 0.45, the pushable ones within 0.02 mm."""
+    MIN_CONTACT_DRIVE rule the same press inverted tets (volume ratio −4). No plane acts on
+    them; they are reported and moved onto their planes in the displayed skin
+    (ContactResponse.project_displayed), a per-frame display correction that leaves the tissue
+    alone. Measured: 5 anchored vertices (up to 1.8 mm deep before the projection), smallest
+    volume ratio 0.45, the displayed skin within the 0.02 mm tolerance."""
     model = small_demo_model
     sphere, _, _ = cheek_sphere(model)
     simulator, frames = press(model, sphere)
     ratio = (tet_volumes(model, simulator.positions) / tet_volumes(model, model["rest_positions"])).min()
-    report = f"smallest volume ratio {ratio:.3f}, anchored {[f.anchored_vertices for f in frames]}"
+    last = frames[-1]
+    report = (f"smallest volume ratio {ratio:.3f}, anchored {[f.anchored_vertices for f in frames]}, up to "
+              f"{last.anchored_depth_max * MM:.3f} mm")
     assert all(f.converged for f in frames), [f.reason for f in frames]
-    assert ratio > 0.0 and frames[-1].anchored_vertices > 0, report
+    assert ratio > 0.0 and last.anchored_vertices > 0 and last.anchored_depth_max > MAX_DEPTH, report
     response = simulator.contact_response
     assert (response.drive[~response.vertex_movable] < 0.25).all()
-    # The frame's depth counts the anchored vertices too; the pushable ones are held out.
-    skin = simulator.skin_positions()
-    planes = sphere.detect(skin, BonePose(np.eye(4), np.eye(4), len(frames) - 1), 0)
-    pushable = response.vertex_movable[planes.vertex]
-    assert planes.depth[pushable].max(initial=0.0) <= MAX_DEPTH, report
-    assert frames[-1].penetration_depth_max == pytest.approx(planes.depth.max(), abs=1e-6), report
+    pose = BonePose(np.eye(4), np.eye(4), len(frames) - 1)
+    # The tissue carries the anchored vertices inside; the pushable ones it holds out.
+    embedded = sphere.detect(simulator.skin_positions(), pose, 0)
+    pushable = response.vertex_movable[embedded.vertex]
+    assert embedded.depth[pushable].max(initial=0.0) <= MAX_DEPTH, report
+    assert embedded.depth[~pushable].max() == pytest.approx(last.anchored_depth_max, rel=1e-6), report
+    # The displayed skin has none inside: only the anchored vertices were moved, by their depth.
+    displayed = sphere.detect(simulator.displayed_skin(), pose, 0)
+    assert displayed.depth.max(initial=0.0) <= response.tolerance, report
+    assert last.penetration_depth_max == pytest.approx(displayed.depth.max(initial=0.0), abs=1e-12)
+    moved = np.flatnonzero(np.linalg.norm(simulator.skin_correction, axis=1) > 0.0)
+    assert not response.vertex_movable[moved].any() and 0 < len(moved) <= last.anchored_vertices, report
+    assert last.projected_vertices == len(moved) and last.projection_max == pytest.approx(last.anchored_depth_max)
+    depth_of = dict(zip(embedded.vertex.tolist(), embedded.depth.tolist()))
+    assert np.allclose(np.linalg.norm(simulator.skin_correction[moved], axis=1), [depth_of[v] for v in moved],
+                       rtol=1e-6), report
 
 
 def test_a_collider_out_of_reach_changes_nothing(small_demo_model):

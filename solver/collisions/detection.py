@@ -349,15 +349,18 @@ def _uncleared(points, lower, cell, shape, clear):
 
 
 class ClearanceGrid:
-    """Cells of a closed surface's bounding box that lie wholly outside it.
+    """Cells of a closed surface's bounding box that lie wholly outside it, by more than `reach`.
 
     A cell is cleared when its centre is outside the surface by more than the cell's
-    half-diagonal, so no point in it can be inside. Most skin points near a collider are
-    outside it; they are dropped here with one lookup instead of a tree walk.
+    half-diagonal plus `reach`, so no point in it can be inside or within `reach` of the
+    surface (the predictive margin of ``closed_penetrations``). Most skin points near a
+    collider are outside it; they are dropped here with one lookup instead of a tree walk.
+    Points outside the grid's box are cleared, so the box is grown by `reach` too.
     """
 
-    def __init__(self, volume: SurfaceQuery, cell: float, max_cells_per_axis: int = 48):
-        lower, upper = volume.lower, volume.upper
+    def __init__(self, volume: SurfaceQuery, cell: float, max_cells_per_axis: int = 48, reach: float = 0.0):
+        self.reach = float(reach)
+        lower, upper = volume.lower - self.reach, volume.upper + self.reach
         cell = max(float(cell), float((upper - lower).max()) / max_cells_per_axis)
         self.shape = np.maximum(np.ceil((upper - lower) / cell).astype(np.int64), 1)
         self.lower = np.ascontiguousarray(lower, dtype=np.float64)
@@ -366,10 +369,13 @@ class ClearanceGrid:
         centres = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
         hit = volume.query(centres)
         outside = hit.signed_side(centres) > 0
-        self.clear = np.ascontiguousarray(outside & (hit.distance > 0.5 * math.sqrt(3.0) * cell))
+        self.clear = np.ascontiguousarray(outside & (hit.distance > 0.5 * math.sqrt(3.0) * cell + self.reach))
 
-    def uncleared(self, points) -> np.ndarray:
-        """Indices of the points that may be inside the surface."""
+    def uncleared(self, points, margin: float = 0.0) -> np.ndarray:
+        """Indices of the points that may be inside the surface or within `margin` of it
+        (all of them when `margin` exceeds the grid's reach)."""
+        if margin > self.reach:
+            return np.arange(len(points), dtype=np.int64)
         return _uncleared(np.ascontiguousarray(points, dtype=np.float64), self.lower, self.cell,
                           self.shape, self.clear)
 
@@ -393,7 +399,8 @@ def behind_open_patch(hit: SurfaceHit, points, border_cone_cos: float) -> np.nda
 
 
 def closed_penetrations(volume: SurfaceQuery, region: SurfaceQuery | None, points,
-                        max_depth: float = np.inf, surface_normals: bool = False) -> Penetrations:
+                        max_depth: float = np.inf, surface_normals: bool = False,
+                        margin: float = 0.0) -> Penetrations:
     """Points inside the closed `volume`, each pushed to the closest point of `region`
     (the whole surface when `region` is None).
 
@@ -401,40 +408,66 @@ def closed_penetrations(volume: SurfaceQuery, region: SurfaceQuery | None, point
     the push direction (``plane_normals``): it can only point where the region faces, which
     is what keeps a lip in front of the teeth even when the closest region point lies
     below or beside it.
+
+    With `margin` > 0, points outside the volume but less than `margin` from the region
+    (and in front of its plane there) are returned too, with depth 0: predictive planes,
+    which hold a vertex that a solve would otherwise carry into the collider. A point
+    outside whose closest region point is farther (e.g. beside the lingual side of a
+    teeth proxy) gets none: its plane would lie across the collider.
     """
     if len(points) == 0 or volume.bvh.node_count == 0:
         return Penetrations.empty()
-    inside, hit = inside_closed(volume, points, max_depth)
-    index = np.flatnonzero(inside)
+    hit = volume.query(points, max(max_depth, margin))
+    side = hit.signed_side(points)
+    found = hit.triangle >= 0
+    inside = found & (side < 0) & (hit.distance <= max_depth)
+    near = found & (side >= 0) & (hit.distance < margin) if margin > 0.0 else np.zeros(len(points), bool)
+    index = np.flatnonzero(inside | near)
     if len(index) == 0:
         return Penetrations.empty()
-    inner = points[index]
+    inner, is_inside = points[index], inside[index]
     if region is not None:
         hit = region.query(inner)
-        found = hit.triangle >= 0
-        index, inner = index[found], inner[found]
-        closest, pseudo = hit.closest[found], hit.normal[found]
+        closest, pseudo, found = hit.closest, hit.normal, hit.triangle >= 0
     else:
-        closest, pseudo = hit.closest[index], hit.normal[index]
-    normal = _unit_rows(pseudo) if surface_normals else plane_normals(inner, closest, pseudo)
-    depth = np.maximum(np.einsum("ij,ij->i", normal, closest - inner), 0.0)
-    return Penetrations(index.astype(np.int64), closest, normal, depth)
+        closest, pseudo, found = hit.closest[index], hit.normal[index], np.ones(len(index), bool)
+    normal = np.zeros_like(inner)
+    normal[found] = (_unit_rows(pseudo[found]) if surface_normals
+                     else plane_normals(inner[found], closest[found], pseudo[found]))
+    signed_depth = np.einsum("ij,ij->i", normal, closest - inner)
+    if margin > 0.0:
+        reach = np.linalg.norm(closest - inner, axis=1)
+        found &= is_inside | ((reach < margin) & (signed_depth <= 0.0))
+    index, closest, normal, signed_depth = index[found], closest[found], normal[found], signed_depth[found]
+    return Penetrations(index.astype(np.int64), closest, normal, np.maximum(signed_depth, 0.0))
 
 
 def patch_penetrations(region: SurfaceQuery, points, max_depth: float, border_cone_cos: float,
-                       surface_normals: bool = False) -> Penetrations:
+                       surface_normals: bool = False, margin: float = 0.0) -> Penetrations:
     """Points behind the open patch `region` and within `max_depth` of it, pushed onto it
-    (`surface_normals` as in ``closed_penetrations``)."""
+    (`surface_normals` as in ``closed_penetrations``); with `margin` > 0 also the points in
+    front of it and less than `margin` away (depth 0, predictive), by the same border rule.
+    Penetrations.index refers to `points`; ``patch_hits`` gives the triangle of each."""
+    return patch_hits(region, points, max_depth, border_cone_cos, surface_normals, margin)[0]
+
+
+def patch_hits(region: SurfaceQuery, points, max_depth: float, border_cone_cos: float,
+               surface_normals: bool = False, margin: float = 0.0) -> tuple[Penetrations, np.ndarray]:
+    """(``patch_penetrations``'s result, (C,) region triangle holding each plane point)."""
     if len(points) == 0 or region.bvh.node_count == 0:
-        return Penetrations.empty()
-    hit = region.query(points, max_depth)
-    index = np.flatnonzero(behind_open_patch(hit, points, border_cone_cos))
+        return Penetrations.empty(), np.zeros(0, np.int64)
+    hit = region.query(points, max(max_depth, margin))
+    behind = behind_open_patch(hit, points, border_cone_cos) & (hit.distance <= max_depth)
+    if margin > 0.0:
+        in_front = behind_open_patch(hit, 2.0 * hit.closest - points, border_cone_cos) & (hit.distance < margin)
+        behind = behind | (in_front & ~behind)
+    index = np.flatnonzero(behind)
     if len(index) == 0:
-        return Penetrations.empty()
+        return Penetrations.empty(), np.zeros(0, np.int64)
     inner, closest = points[index], hit.closest[index]
     normal = _unit_rows(hit.normal[index]) if surface_normals else plane_normals(inner, closest, hit.normal[index])
     depth = np.maximum(np.einsum("ij,ij->i", normal, closest - inner), 0.0)
-    return Penetrations(index.astype(np.int64), closest, normal, depth)
+    return Penetrations(index.astype(np.int64), closest, normal, depth), hit.triangle[index].astype(np.int64)
 
 
 def apply_transform(points, transform) -> np.ndarray:

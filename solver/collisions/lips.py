@@ -30,7 +30,10 @@ ever counts as inside. The plane normal is the region's pseudo-normal at the pro
 it always faces the other lip (a push direction p − x can tilt away near the region's
 edges on the inner, sloping lip). Vertices within CORNER_REACH·w of a mouth corner are not tested:
 the lips are joined there and "behind the other lip" has no meaning. The lips deform, so
-each detection refits the region's hierarchy to the current skin positions.
+each detection refits the region's hierarchy to the current skin positions, and the facing
+rule is applied again to the plane: its normal must still lie within acos(REGION_MIN_FACING)
+of the direction towards the other lip (carried by the skull). Where a lip has rolled in, its
+region faces back into the mouth, and a plane there would push the other lip after it.
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ from ..model_builder.landmarks import HeadFrame, Landmarks
 from ..model_builder.mouth_cut import UPPER, find_mouth_slit
 from ..model_file import model_landmarks
 from .contacts import BonePose, ContactPlanes
-from .detection import SurfaceQuery, candidates_in_box, patch_penetrations
+from .detection import SurfaceQuery, candidates_in_box, patch_hits
 
 LIP_BOX_SIDEWAYS = 0.6
 LIP_BOX_VERTICAL = 0.3
@@ -230,8 +233,12 @@ def lip_vertices_from_groups(group_names, group_weights, threshold: float = 0.5)
 class LipCollider:
     """One lip as an obstacle for the other lip's vertices (Collider protocol)."""
 
-    def __init__(self, name: str, skin_rest, region_triangles, tested_vertices, max_depth: float):
+    def __init__(self, name: str, skin_rest, region_triangles, tested_vertices, max_depth: float,
+                 towards_other=None):
         self.name = name
+        # The direction (rest head frame) the region faces at rest — towards the other lip; a
+        # plane must still face within acos(REGION_MIN_FACING) of it, carried by the skull.
+        self.towards_other = None if towards_other is None else np.asarray(towards_other, dtype=np.float64)
         self.region_vertices, local = np.unique(np.asarray(region_triangles, dtype=np.int64), return_inverse=True)
         self.region_triangles = local.reshape(-1, 3)
         self.tested_vertices = np.asarray(tested_vertices, dtype=np.int64)
@@ -239,21 +246,56 @@ class LipCollider:
         self.region = SurfaceQuery(np.asarray(skin_rest, dtype=np.float64)[self.region_vertices],
                                    self.region_triangles)
 
-    def detect(self, skin_positions: np.ndarray, pose: BonePose, collider_index: int) -> ContactPlanes:
+    def detect(self, skin_positions: np.ndarray, pose: BonePose, collider_index: int,
+               margin: float = 0.0) -> ContactPlanes:
+        """Planes on the tested lip vertices behind this lip's region (and, with `margin`,
+        less than `margin` in front of it). Each plane names the region triangle its point lies
+        on (``partner``, ``partner_weight``): the lip is not a fixed obstacle, and the contact
+        response splits the push between two lips pushed into each other."""
         skin_positions = np.ascontiguousarray(skin_positions, dtype=np.float64)
-        self.region.refit(skin_positions[self.region_vertices])
+        region_positions = skin_positions[self.region_vertices]
+        self.region.refit(region_positions)
         tested = skin_positions[self.tested_vertices]
-        nearby = candidates_in_box(tested, self.region.lower - self.max_depth, self.region.upper + self.max_depth)
-        found = patch_penetrations(self.region, tested[nearby], self.max_depth, BORDER_CONE_COS,
-                                   surface_normals=True)
+        reach = max(self.max_depth, margin)
+        nearby = candidates_in_box(tested, self.region.lower - reach, self.region.upper + reach)
+        found, triangle = patch_hits(self.region, tested[nearby], self.max_depth, BORDER_CONE_COS,
+                                     surface_normals=True, margin=margin)
+        if self.towards_other is not None and len(found.index):
+            # Where the lip has rolled, its region no longer faces the other lip: a plane there
+            # would push the other lip back into the mouth or sideways, so none is made.
+            towards = np.asarray(pose.skull, dtype=np.float64)[:3, :3] @ self.towards_other
+            facing = found.normal @ towards >= REGION_MIN_FACING
+            found = type(found)(*(array[facing] for array in found))
+            triangle = triangle[facing]
         vertex = self.tested_vertices[nearby[found.index]]
+        corners = self.region_triangles[triangle]                   # (C,3) into region_vertices
+        weights = barycentric_weights(found.point, region_positions[corners])
         return ContactPlanes(vertex=vertex, point=found.point, normal=found.normal, depth=found.depth,
-                             collider=np.full(len(vertex), collider_index, np.int64))
+                             collider=np.full(len(vertex), collider_index, np.int64),
+                             partner=self.region_vertices[corners], partner_weight=weights)
+
+
+def barycentric_weights(points, triangles) -> np.ndarray:
+    """(C,3) barycentric weights of points (C,3) lying on triangles (C,3,3), clipped to the
+    triangle and summing to one (the points come from a closest-point query, so they are on it)."""
+    if len(points) == 0:
+        return np.zeros((0, 3))
+    a, b, c = triangles[:, 0], triangles[:, 1], triangles[:, 2]
+    e0, e1, offset = b - a, c - a, points - a
+    d00, d01, d11 = (np.einsum("ij,ij->i", e0, e0), np.einsum("ij,ij->i", e0, e1), np.einsum("ij,ij->i", e1, e1))
+    d20, d21 = np.einsum("ij,ij->i", offset, e0), np.einsum("ij,ij->i", offset, e1)
+    denominator = d00 * d11 - d01 * d01
+    safe = np.where(np.abs(denominator) > 0.0, denominator, 1.0)
+    v = np.where(np.abs(denominator) > 0.0, (d11 * d20 - d01 * d21) / safe, 1.0 / 3.0)
+    w = np.where(np.abs(denominator) > 0.0, (d00 * d21 - d01 * d20) / safe, 1.0 / 3.0)
+    weights = np.clip(np.column_stack([1.0 - v - w, v, w]), 0.0, 1.0)
+    return weights / weights.sum(axis=1, keepdims=True)
 
 
 def lip_colliders(model: dict, lip_vertices: Optional[tuple] = None) -> tuple[list[LipCollider], LipSurfaces]:
     """[upper_lip, lower_lip] colliders: the upper lip stops lower-lip vertices and vice versa."""
     lips = find_lip_surfaces(model, lip_vertices)
     skin = model["skin_vertices"]
-    return [LipCollider("upper_lip", skin, lips.upper_region, lips.lower_tested, lips.max_depth),
-            LipCollider("lower_lip", skin, lips.lower_region, lips.upper_tested, lips.max_depth)], lips
+    up = _frame(model).up
+    return [LipCollider("upper_lip", skin, lips.upper_region, lips.lower_tested, lips.max_depth, towards_other=-up),
+            LipCollider("lower_lip", skin, lips.lower_region, lips.upper_tested, lips.max_depth, towards_other=up)], lips

@@ -36,6 +36,8 @@ RIGID_TOLERANCE = 1e-5
 # A face is degenerate when its area is below this fraction of the squared bounding-box diagonal.
 DEGENERATE_AREA_FRACTION = 1e-12
 CLEARANCE_CELLS_PER_AXIS = 48
+# The largest predictive margin the clearance grid serves (larger ones walk every point in the box).
+CLEARANCE_REACH = 2.0e-3
 
 
 class MeshColliderError(ValueError):
@@ -176,7 +178,7 @@ class MeshCollider:
         self.max_depth = float(max_depth)
         self.volume = SurfaceQuery(self.vertices, self.faces)
         extent = float((self.volume.upper - self.volume.lower).max())
-        self.clearance = ClearanceGrid(self.volume, extent / CLEARANCE_CELLS_PER_AXIS)
+        self.clearance = ClearanceGrid(self.volume, extent / CLEARANCE_CELLS_PER_AXIS, reach=CLEARANCE_REACH)
 
     @property
     def frame_count(self) -> int:
@@ -190,17 +192,18 @@ class MeshCollider:
         transform = self.transform_at(frame)
         return self.vertices @ transform[:3, :3].T + transform[:3, 3], self.faces
 
-    def detect(self, skin_positions: np.ndarray, pose: BonePose, collider_index: int) -> ContactPlanes:
+    def detect(self, skin_positions: np.ndarray, pose: BonePose, collider_index: int,
+               margin: float = 0.0) -> ContactPlanes:
         skin_positions = np.ascontiguousarray(skin_positions, dtype=np.float64)
         transform = self.transform_at(pose.frame)
-        lower, upper = transformed_box(self.volume.lower, self.volume.upper, transform)
+        lower, upper = transformed_box(self.volume.lower, self.volume.upper, transform, pad=margin)
         nearby = candidates_in_box(skin_positions, lower, upper)
         if len(nearby) == 0:
             return ContactPlanes.empty()
         local = apply_transform(skin_positions[nearby], rigid_inverse(transform))
-        maybe = self.clearance.uncleared(local)
+        maybe = self.clearance.uncleared(local, margin)
         nearby, local = nearby[maybe], local[maybe]
-        found = closed_penetrations(self.volume, None, local, self.max_depth)
+        found = closed_penetrations(self.volume, None, local, self.max_depth, margin=margin)
         return ContactPlanes(vertex=nearby[found.index], point=apply_transform(found.point, transform),
                              normal=rotate(found.normal, transform), depth=found.depth,
                              collider=np.full(len(found.index), collider_index, np.int64))

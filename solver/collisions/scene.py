@@ -11,6 +11,12 @@ colliders (teeth and lips) each skin vertex may stay as deep as it was in the re
 (skin at rest, bones at identity): its plane is moved inwards by that rest depth and a
 contact is reported only beyond it (REST_TOLERANCE). The neutral face therefore has no
 contacts, and a vertex never gets deeper than at rest. External props get no allowance.
+
+Which skin meets the teeth: the lips (paper 000 §4 handles collisions "between lips and the
+teeth and between the upper and lower lip"). The rest of the mouth-socket lining lies on the
+gums and teeth in the rig, is mostly embedded outside the tet mesh, and is not tested against
+the teeth; ``teeth_vertices`` overrides this. When the lips cannot be found every skin vertex
+is tested.
 """
 from __future__ import annotations
 
@@ -20,10 +26,10 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .contacts import BonePose, Collider, ContactPlanes
-from .lips import LipSurfaces, lip_colliders
+from .lips import LipSurfaceError, LipSurfaces, find_lip_surfaces, lip_colliders
 from .teeth import DEFAULT_PAD, DEFAULT_SPACING, TeethCollider, teeth_proxies
 
-# Contacts are reported only this far (metres) beyond a vertex's rest depth.
+# Contacts of a vertex inside a collider at rest are reported only this far (metres) beyond its rest depth.
 REST_TOLERANCE = 1e-5
 
 
@@ -43,22 +49,29 @@ class CollisionScene:
     """Teeth proxies, lips and external colliders of one model (see the module docstring).
 
     ``lip_vertices`` = (upper, lower) skin vertex indices overrides the automatic lip finder
-    (e.g. the Blender vertex groups FP_lip_upper / FP_lip_lower).
+    (e.g. the Blender vertex groups FP_lip_upper / FP_lip_lower). ``teeth_vertices``: the skin
+    vertices tested against the teeth — "lips" (default: both lips, or every vertex when the
+    lips cannot be found), "all", or an index array.
     """
 
     def __init__(self, model: dict, teeth: bool = True, lips: bool = True, colliders: Sequence[Collider] = (),
                  lip_vertices: Optional[tuple] = None, rest_allowance: bool = True,
-                 teeth_pad: float = DEFAULT_PAD, teeth_spacing: float = DEFAULT_SPACING):
+                 teeth_pad: float = DEFAULT_PAD, teeth_spacing: float = DEFAULT_SPACING,
+                 teeth_vertices="lips"):
         self.skin_rest = np.ascontiguousarray(model["skin_vertices"], dtype=np.float64)
         self.teeth: list[TeethCollider] = []
         self.lips: Optional[LipSurfaces] = None
+        self.teeth_vertices: Optional[np.ndarray] = None     # None: every skin vertex
         own: list = []
-        if teeth:
-            self.teeth = [TeethCollider(proxy) for proxy in teeth_proxies(model, teeth_pad, teeth_spacing)]
-            own += self.teeth
+        lip_list = []
         if lips:
             lip_list, self.lips = lip_colliders(model, lip_vertices)
-            own += lip_list
+        if teeth:
+            self.teeth_vertices = self._teeth_vertices(model, teeth_vertices, lip_vertices)
+            self.teeth = [TeethCollider(proxy, self.teeth_vertices)
+                          for proxy in teeth_proxies(model, teeth_pad, teeth_spacing)]
+            own += self.teeth
+        own += lip_list
         self.colliders = own + list(colliders)
         self.names = [collider.name for collider in self.colliders]
         if len(set(self.names)) != len(self.names):
@@ -71,16 +84,34 @@ class CollisionScene:
                 found = collider.detect(self.skin_rest, rest_pose, index)
                 np.maximum.at(self.allowance[index], found.vertex, found.depth)
 
-    def detect(self, skin_positions: np.ndarray, pose: BonePose) -> ContactPlanes:
-        """Tangent planes for every skin vertex penetrating any collider (all in world metres)."""
+    def _teeth_vertices(self, model, choice, lip_vertices) -> Optional[np.ndarray]:
+        if not isinstance(choice, str):
+            return np.unique(np.asarray(choice, dtype=np.int64))
+        if choice == "all":
+            return None
+        if choice != "lips":
+            raise ValueError(f"teeth_vertices must be 'lips', 'all' or an index array, got {choice!r}")
+        lips = self.lips
+        if lips is None:
+            try:
+                lips = find_lip_surfaces(model, lip_vertices)
+            except LipSurfaceError:
+                return None
+        return np.union1d(lips.upper_vertices, lips.lower_vertices)
+
+    def detect(self, skin_positions: np.ndarray, pose: BonePose, margin: float = 0.0) -> ContactPlanes:
+        """Tangent planes for every skin vertex penetrating any collider (all in world metres);
+        with `margin` > 0 also for vertices less than `margin` outside one (depth 0: predictive
+        planes, see contact.py)."""
         skin_positions = np.ascontiguousarray(skin_positions, dtype=np.float64)
         if skin_positions.shape != self.skin_rest.shape:
             raise ValueError(f"skin_positions must have shape {self.skin_rest.shape}, got {skin_positions.shape}")
         parts = []
         for index, collider in enumerate(self.colliders):
-            found = collider.detect(skin_positions, pose, index)
+            found = (collider.detect(skin_positions, pose, index, margin=margin) if margin > 0.0
+                     else collider.detect(skin_positions, pose, index))
             if index < self._own_count and found.count:
-                found = _beyond_rest(found, self.allowance[index][found.vertex])
+                found = _beyond_rest(found, self.allowance[index][found.vertex], skin_positions, margin)
             parts.append(found)
         return ContactPlanes.concatenate(parts)
 
@@ -98,10 +129,15 @@ class CollisionScene:
         return {collider.name: collider.posed(pose) for collider in self.teeth}
 
 
-def _beyond_rest(found: ContactPlanes, allowance: np.ndarray) -> ContactPlanes:
-    """Keep contacts deeper than their rest depth, with the planes moved in by that depth."""
-    keep = found.depth > allowance + REST_TOLERANCE
-    allowance = allowance[keep]
-    normal = found.normal[keep]
-    return ContactPlanes(vertex=found.vertex[keep], point=found.point[keep] - allowance[:, None] * normal,
-                         normal=normal, depth=found.depth[keep] - allowance, collider=found.collider[keep])
+def _beyond_rest(found: ContactPlanes, allowance: np.ndarray, skin_positions: np.ndarray,
+                 margin: float = 0.0) -> ContactPlanes:
+    """Keep contacts deeper than their rest depth plus REST_TOLERANCE (or, with `margin`, less
+    than `margin` short of it), with the planes moved in by that much, so a vertex at its rest
+    depth lies on the allowed side."""
+    allowance = np.where(allowance > 0.0, allowance + REST_TOLERANCE, 0.0)
+    signed = np.einsum("ij,ij->i", found.normal, found.point - skin_positions[found.vertex]) - allowance
+    keep = signed > -max(margin, 0.0) if margin > 0.0 else signed > 0.0
+    kept = found.subset(keep)
+    kept.point = kept.point - allowance[keep, None] * kept.normal
+    kept.depth = np.maximum(signed[keep], 0.0)
+    return kept

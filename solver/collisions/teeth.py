@@ -73,8 +73,11 @@ DECIMATE_MIN_NORMAL_COSINE = 0.82
 # distance plus this fraction of the padding, for up to COVER_ROUNDS rounds.
 COVER_MARGIN = 0.25
 COVER_ROUNDS = 4
-# Cell size of the grid that rejects skin points well outside a proxy without a tree walk.
+# Cell size of the grid that rejects skin points well outside a proxy without a tree walk,
+# and how far outside a cell must stay clear to be rejected (the largest predictive margin
+# served by the grid; a larger one walks every point in the proxy's box).
 CLEARANCE_CELL = 2.0e-3
+CLEARANCE_REACH = 2.0e-3
 
 # Labial region: outward normal within ~70° of the arch's outward (radial) direction.
 LABIAL_MIN_COSINE = 0.35
@@ -112,7 +115,7 @@ class TeethProxy:
         self.volume = SurfaceQuery(self.vertices, self.triangles)
         self.region_query = SurfaceQuery(self.vertices, self.triangles[self.region])
         self.max_inner_depth = _deepest_inside(self.volume)
-        self.clearance = ClearanceGrid(self.volume, CLEARANCE_CELL)
+        self.clearance = ClearanceGrid(self.volume, CLEARANCE_CELL, reach=CLEARANCE_REACH)
 
     @property
     def triangle_count(self) -> int:
@@ -544,12 +547,15 @@ class TeethCollider:
     """A teeth proxy moving with its bone (Collider protocol).
 
     Skin points are carried into the proxy's rest frame by the inverse bone transform, so
-    the hierarchy is built once; planes are carried back to the world.
+    the hierarchy is built once; planes are carried back to the world. `tested_vertices`
+    (optional): the skin vertices tested against it (CollisionScene passes the lips); all
+    of them when None.
     """
 
-    def __init__(self, proxy: TeethProxy):
+    def __init__(self, proxy: TeethProxy, tested_vertices=None):
         self.proxy = proxy
         self.name = proxy.name
+        self.tested_vertices = None if tested_vertices is None else np.asarray(tested_vertices, dtype=np.int64)
 
     def transform(self, pose: BonePose) -> np.ndarray:
         return np.asarray(pose.skull if self.proxy.bone == "skull" else pose.jaw, dtype=np.float64)
@@ -559,18 +565,21 @@ class TeethCollider:
         transform = self.transform(pose)
         return self.proxy.vertices @ transform[:3, :3].T + transform[:3, 3], self.proxy.triangles
 
-    def detect(self, skin_positions: np.ndarray, pose: BonePose, collider_index: int) -> ContactPlanes:
+    def detect(self, skin_positions: np.ndarray, pose: BonePose, collider_index: int,
+               margin: float = 0.0) -> ContactPlanes:
         transform = self.transform(pose)
-        lower, upper = transformed_box(self.proxy.volume.lower, self.proxy.volume.upper, transform)
-        nearby = candidates_in_box(skin_positions, lower, upper)
+        lower, upper = transformed_box(self.proxy.volume.lower, self.proxy.volume.upper, transform, pad=margin)
+        tested = skin_positions if self.tested_vertices is None else skin_positions[self.tested_vertices]
+        nearby = candidates_in_box(tested, lower, upper)
         if len(nearby) == 0:
             return ContactPlanes.empty()
         to_rest = rigid_inverse(transform)
-        local = apply_transform(skin_positions[nearby], to_rest)
-        maybe = self.proxy.clearance.uncleared(local)
+        local = apply_transform(tested[nearby], to_rest)
+        maybe = self.proxy.clearance.uncleared(local, margin)
         nearby, local = nearby[maybe], local[maybe]
         found = closed_penetrations(self.proxy.volume, self.proxy.region_query, local, self.proxy.max_inner_depth,
-                                    surface_normals=True)
-        return ContactPlanes(vertex=nearby[found.index], point=apply_transform(found.point, transform),
+                                    surface_normals=True, margin=margin)
+        vertex = nearby[found.index] if self.tested_vertices is None else self.tested_vertices[nearby[found.index]]
+        return ContactPlanes(vertex=vertex, point=apply_transform(found.point, transform),
                              normal=rotate(found.normal, transform), depth=found.depth,
                              collider=np.full(len(found.index), collider_index, np.int64))

@@ -3,8 +3,8 @@
 RESULT.npz holds `skin_positions` (T,V,3) metres on the rig's vertices, `converged` (T,),
 `newton_iterations` (T,), `frame_seconds` (T,), `fps`, `skull_transforms` and
 `jaw_transforms` (T,4,4) (each bone's rigid world transform from rest, always written),
-`penetration_depth_max` (T,) metres (deepest skin vertex inside a collider at the end of the
-frame; 0 without a collision scene) and `contacts` (T,) (contact planes pushing); it is
+`penetration_depth_max` (T,) metres (deepest vertex of the written skin inside a collider; 0
+without a collision scene) and `contacts` (T,) (contact planes pushing); it is
 written atomically once all frames are done. A `.pc2` point cache of the skin is written beside it frame by frame (each
 frame fsynced before the header counts it), so a long run can be watched, and a crash or a
 cancel leaves every finished frame playable.
@@ -67,7 +67,9 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
             skin_detail: Optional[np.ndarray] = None, collisions=None) -> AnimationResult:
     """Run every frame; `skin_detail` (T, V, 3), when given, is added to the simulated skin
     (the shape-key detail the tet mesh cannot carry, inverse/blend.py); `collisions`, when
-    given, is the collision scene the skin is kept out of (simulator.FaceSimulator)."""
+    given, is the collision scene the skin is kept out of (simulator.FaceSimulator) — the
+    written skin, detail and the projection of anchored vertices included
+    (docs/collisions.md)."""
     result_path = Path(result_path)
     simulator = FaceSimulator(model, settings, overrides_from_maps(model, maps, fat_scale), collisions=collisions)
     frames = activations.frame_count
@@ -80,13 +82,14 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     depth, contacts = np.zeros(frames), np.zeros(frames, dtype=np.int64)
     with Pc2Writer(result_path.with_suffix(".pc2"), skin_count, start_frame=1.0) as cache:
         for frame in range(frames):
+            detail = None if skin_detail is None else skin_detail[frame]
+            # With a scene the contacts hold the skin *with* its detail out of the colliders.
             step = simulator.step(activations.tet_activations(model, frame), activations.jaw[frame],
-                                  activations.head_transforms[frame], frame=frame)
+                                  activations.head_transforms[frame], frame=frame,
+                                  skin_offset=detail if collisions is not None else None)
             skull_transforms[frame], jaw_transforms[frame] = step.skull_transform, step.jaw_transform
             depth[frame], contacts[frame] = step.penetration_depth_max, step.contacts
-            skin[frame] = simulator.skin_positions()
-            if skin_detail is not None:
-                skin[frame] += skin_detail[frame]
+            skin[frame] = simulator.displayed_skin(detail)
             converged[frame], iterations[frame], seconds[frame] = step.converged, step.iterations, step.seconds
             cache.append(skin[frame])
             progress({"frame": frame + 1, "frames": frames, "converged": bool(step.converged),

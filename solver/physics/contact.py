@@ -58,6 +58,7 @@ call ``contact_energy``. Units: metres, newtons; κ in N/m, λ in N.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -67,7 +68,10 @@ import scipy.sparse
 from ..collisions.contacts import BonePose, Collider, ContactPlanes
 
 CONTACT_STIFFNESS_FACTOR = 100.0    # κ relative to the vertex's local tissue stiffness
-DEFAULT_CONTACT_TOLERANCE = 2e-5    # m: largest violation / penetration accepted (0.02 mm)
+# m: largest violation / penetration accepted: a quarter of the issue's 0.2 mm bound. Two lips
+# pressed together close their last tenths of a millimetre by only 10-15 % a round (the half-way
+# planes, see detect); 0.02 mm took up to 20 rounds on the demo head's lip frames, 0.05 mm 6-11.
+DEFAULT_CONTACT_TOLERANCE = 5e-5
 DEFAULT_MAX_CONTACT_ROUNDS = 20
 PENALTY_GROWTH_TRIGGER = 0.25       # a round must cut a plane's violation at least 4× …
 PENALTY_GROWTH = 10.0               # … or that plane's κ grows tenfold,
@@ -81,7 +85,16 @@ DEFAULT_CONTACT_MARGIN = 1e-3       # m
 # moved ≥ 4× the depth, or against the push when the drive is negative) the push can only be
 # had by crushing the tet: such planes are not applied, and the vertices are reported.
 MIN_CONTACT_DRIVE = 0.25
+# A plane may ask the tissue between a skin vertex and its bone to give at most this fraction of
+# its rest depth. Beyond it a rigid prop rests on the bone (the tets there would be crushed flat
+# and turned inside out, which took the headset press apart); the plane is held at that depth
+# and the rest of the penetration is left to the display projection. Tissue under the lips
+# (10-15 mm) never reaches it; the 1-2 mm the demo head has over its glabella does.
+MAX_TISSUE_COMPRESSION = 0.5
 _KEY_STRIDE = 1 << 20               # (vertex, collider) → one int64 key; far more colliders than any scene
+# A re-detected plane replaces the vertex's old plane on the same collider when their normals
+# agree within 5°; otherwise both are kept (see ContactResponse._merge).
+REPLACE_NORMAL_COSINE = math.cos(math.radians(5.0))
 
 
 # ----------------------------------------------------------------------------- tier 1: per contact
@@ -142,9 +155,53 @@ class SkinEmbedding:
         return np.einsum("vk,vkd->vd", self.weights, nodes[self.nodes])
 
 
+@dataclass(frozen=True)
+class SkinOverBone:
+    """The tissue under each skin vertex at rest: its depth (V,) m — the distance to the
+    model's bone surface, the boundary the pinned and sliding nodes lie on —, the bone (V,)
+    (0 skull, 1 jaw, as in BonePose) and the unit direction from that bone point out to the
+    vertex (V,3), with the rest skin (V,3)."""
+    thickness: np.ndarray
+    bone: np.ndarray
+    outward: np.ndarray
+    rest: np.ndarray
+
+    @staticmethod
+    def from_model(model: dict) -> Optional["SkinOverBone"]:
+        """None when the model has no bone surface."""
+        from ..geometry import ClosestPointTree
+        triangles = np.asarray(model.get("bone_surface_triangles", np.zeros((0, 3))), dtype=np.int64)
+        if len(triangles) == 0:
+            return None
+        rest = np.asarray(model["skin_vertices"], dtype=np.float64)
+        hit = ClosestPointTree(np.asarray(model["bone_surface_vertices"], dtype=np.float64), triangles).query(rest)
+        offset = rest - hit.closest
+        outward = offset / np.maximum(hit.distance, 1e-12)[:, None]
+        bone = np.asarray(model["bone_surface_label"], dtype=np.int64)[hit.triangle_index]
+        return SkinOverBone(thickness=hit.distance, bone=bone, outward=outward, rest=rest)
+
+    def compression_limit(self, planes: ContactPlanes, pose: BonePose, share: float = MAX_TISSUE_COMPRESSION
+                          ) -> np.ndarray:
+        """(C,) how far (m) each plane asks its vertex to go beyond the deepest the tissue gives:
+        the plane's push from the vertex's rest place (carried by its bone), along the normal,
+        times the normal's component towards the bone, over `share` of the rest depth; 0 where
+        it asks less. Divided back by that component, so it is the distance along the normal by
+        which to move the plane out of the way."""
+        vertex = planes.vertex
+        transforms = np.stack([np.asarray(pose.skull, dtype=np.float64), np.asarray(pose.jaw, dtype=np.float64)])
+        carried = transforms[self.bone[vertex]]
+        rest_place = np.einsum("cij,cj->ci", carried[:, :3, :3], self.rest[vertex]) + carried[:, :3, 3]
+        towards_bone = -np.einsum("ci,cij,cj->c", planes.normal, carried[:, :3, :3], self.outward[vertex])
+        push = np.einsum("cd,cd->c", planes.normal, planes.point - rest_place)
+        excess = push * np.maximum(towards_bone, 0.0) - share * self.thickness[vertex]
+        return np.where((excess > 0.0) & (towards_bone > 0.0), excess / np.maximum(towards_bone, 1e-12), 0.0)
+
+
 class AugmentedLagrangianContact:
-    """Σ_c (κ_c/2) max(0, λ_c/κ_c − g_c(x))² over fixed tangent planes, in the energies'
-    common API on node positions x ((N,3) or (3N,)).
+    """Σ_c (κ_c/2) max(0, λ_c/κ_c − g_c(x))² over fixed tangent planes, in the energies' common
+    API on node positions x ((N,3) or (3N,)), g_c(x) = n_c · (x_v − a_c) with x_v the embedded
+    skin vertex and a_c the plane point: ``anchors`` (C,3), by default ``planes.point`` (the
+    contact response passes planes it moved, see ContactResponse.detect).
 
     ``hessian_layout`` (optional): the CorotatedElasticity of the same tets; the Hessian is
     then returned on its pattern (``hessian_indptr``/``hessian_indices``) and can be added to
@@ -152,7 +209,7 @@ class AugmentedLagrangianContact:
     so CHOLMOD's symbolic analysis unchanged."""
 
     def __init__(self, embedding: SkinEmbedding, planes: ContactPlanes, multipliers, stiffness,
-                 hessian_layout=None):
+                 hessian_layout=None, anchors=None):
         self.embedding = embedding
         self.planes = planes
         count = planes.count
@@ -162,6 +219,7 @@ class AugmentedLagrangianContact:
             raise ValueError("contact stiffness must be positive")
         if count and (self.multipliers < 0.0).any():
             raise ValueError("contact multipliers must be non-negative (planes only push)")
+        self.anchors = np.asarray(planes.point if anchors is None else anchors, dtype=np.float64).reshape(count, 3)
         vertices = np.asarray(planes.vertex, dtype=np.int64)
         self.nodes = embedding.nodes[vertices]              # (C,4)
         self.weights = embedding.weights[vertices]          # (C,4)
@@ -177,7 +235,7 @@ class AugmentedLagrangianContact:
         nodes = np.asarray(x, dtype=np.float64).reshape(-1, 3)
         if len(nodes) != self.embedding.node_count:
             raise ValueError(f"x: expected {self.embedding.node_count} nodes, found {len(nodes)}")
-        return (nodes[self.nodes], self.weights, self.planes.point, self.planes.normal, self.multipliers,
+        return (nodes[self.nodes], self.weights, self.anchors, self.planes.normal, self.multipliers,
                 self.stiffness)
 
     def gaps(self, x) -> np.ndarray:
@@ -262,6 +320,13 @@ def _takes_margin(detector) -> bool:
 
 # ----------------------------------------------------------------------------- the outer loop
 
+# Passes of the display projection (project_displayed): each moves every penetrating vertex onto
+# its deepest plane; a vertex pushed out of one collider into another (lip and teeth) needs a
+# second, two lips projected half-way into each other up to ten (measured on the demo head's
+# lip frames, where the fit's residual overlaps the lips by up to 7 mm). A pass is one detection.
+PROJECTION_PASSES = 16
+
+
 @dataclass
 class ContactOutcome:
     """One time step's solve with contacts."""
@@ -273,10 +338,15 @@ class ContactOutcome:
     krylov_iterations: int
     rounds: int                     # solve → detect rounds
     contacts: int                   # planes pushing at the end (λ > 0; IPOPT: gap within tolerance)
-    penetration_depth_max: float    # m, what detection finds at the final positions
+    penetration_depth_max: float    # m, deepest vertex of the displayed skin (projection included) at the end
     violation_max: float            # m, largest plane violation at the final positions
-    anchored_vertices: int = 0      # penetrating vertices left alone: too little drive (MIN_CONTACT_DRIVE)
-    anchored_depth_max: float = 0.0     # m, the deepest of them
+    anchored_vertices: int = 0      # penetrating vertices the tissue cannot push (MIN_CONTACT_DRIVE)
+    anchored_depth_max: float = 0.0     # m, how deep the deepest of them was (before the display projection)
+    skin_correction: Optional[np.ndarray] = None   # (V,3) m, the display projection (project_displayed)
+    projected_vertices: int = 0     # vertices it moved
+    projection_max: float = 0.0     # m, the largest move
+    bone_limited_vertices: int = 0  # vertices whose plane was held at MAX_TISSUE_COMPRESSION (last detection)
+    bone_limited_max: float = 0.0   # m, how far the deepest such plane was moved out
     history: list = field(default_factory=list)   # per round: (planes, penetration m, violation m, slack m)
 
 
@@ -284,25 +354,49 @@ def _keys(planes: ContactPlanes) -> np.ndarray:
     return planes.vertex.astype(np.int64) * _KEY_STRIDE + planes.collider.astype(np.int64)
 
 
-def _subset(planes: ContactPlanes, mask_or_index) -> ContactPlanes:
-    return ContactPlanes(planes.vertex[mask_or_index], planes.point[mask_or_index], planes.normal[mask_or_index],
-                         planes.depth[mask_or_index], planes.collider[mask_or_index])
+def _pushed_partner_share(planes: ContactPlanes, pushed: np.ndarray) -> np.ndarray:
+    """(C,) for each plane, the barycentric share of its partner triangle (0 without one) whose
+    vertices are themselves held against a deforming collider by this detection (a plane with a
+    partner and `pushed` (C,) bool — penetrating, or within the predictive margin): for lips,
+    the share of the other lip that is being moved towards the interface too. Counting the
+    margin's planes matters once the lips touch: their residual overlaps are then split as
+    well, instead of one side being pushed all the way into a gap that opens and closes again
+    round after round."""
+    share = np.zeros(planes.count)
+    has_partner = planes.partner >= 0
+    if not has_partner.any():
+        return share
+    inside = np.zeros(int(max(planes.vertex.max(), planes.partner.max())) + 1, bool)
+    inside[planes.vertex[pushed & has_partner.any(axis=1)]] = True
+    partner_pushed = has_partner & inside[np.maximum(planes.partner, 0)]
+    return (planes.partner_weight * partner_pushed).sum(axis=1)
+
+
+# Per-plane state columns of the Newton path.
+_MULTIPLIER, _BOOST, _VIOLATION, _ANCHOR = 0, 1, 2, slice(3, 6)
 
 
 class ContactResponse:
     """The alternation of solve and detection for one simulator (docstring above).
 
-    collisions: the scene (``detect(skin, pose)``, ``measure(skin, pose)``); embedding: the
-    model's skin embedding; node_stiffness (N,): each node's local stiffness (N/m), from which
-    κ is scaled; movable_nodes (N,) bool: nodes with unknowns (planes on vertices whose whole
-    tet is pinned are dropped: no unknown can move them)."""
+    collisions: the scene (``detect(skin, pose[, margin])``, ``measure(skin, pose)``);
+    embedding: the model's skin embedding; node_stiffness (N,): each node's local stiffness
+    (N/m), from which κ is scaled; movable_nodes (N,) bool: nodes with unknowns.
+
+    The tissue holds the embedded skin out of the colliders. What is shown is the embedded
+    skin plus the frame's ``skin_offset`` (the shape-key detail residual animate adds), plus
+    ``project_displayed``'s correction: every vertex of that displayed skin still inside a
+    collider — an anchored vertex, or one its offset carries in — is moved onto its plane.
+    """
 
     def __init__(self, collisions, embedding: SkinEmbedding, node_stiffness: np.ndarray, movable_nodes: np.ndarray,
                  *, tolerance: float = DEFAULT_CONTACT_TOLERANCE, max_rounds: int = DEFAULT_MAX_CONTACT_ROUNDS,
                  stiffness_factor: float = CONTACT_STIFFNESS_FACTOR, hessian_layout=None,
-                 margin: float = DEFAULT_CONTACT_MARGIN, min_drive: float = MIN_CONTACT_DRIVE):
+                 margin: float = DEFAULT_CONTACT_MARGIN, min_drive: float = MIN_CONTACT_DRIVE,
+                 skin_over_bone: Optional[SkinOverBone] = None):
         self.collisions = collisions
         self.embedding = embedding
+        self.skin_over_bone = skin_over_bone
         # The vertex's stiffness through its four nodes acting as independent springs in
         # series with the weights as levers, 1 / Σ_k (w_k² / k_k): for a vertex on a node it
         # is that node's; for a vertex between nodes it is softer, which keeps κ w_k² — what
@@ -319,27 +413,52 @@ class ContactResponse:
         self._carried_keys = np.zeros(0, np.int64)       # multipliers of the last step, for warm starts
         self._carried_multipliers = np.zeros(0)
         self.last_anchored = (0, 0.0)
+        self.last_bone_limited = (0, 0.0)
 
     # -------------------------------------------------------------- pieces
 
-    def detect(self, x, pose: BonePose, margin: Optional[float] = None) -> ContactPlanes:
-        """Planes on movable vertices, with the predictive margin unless `margin` = 0 is given.
-        Penetrations of anchored vertices (too little drive, see MIN_CONTACT_DRIVE) are left
-        out and recorded in ``last_anchored`` = (count, deepest m)."""
+    def displayed_skin(self, x, skin_offset=None) -> np.ndarray:
+        skin = self.embedding.skin_positions(x)
+        return skin if skin_offset is None else skin + skin_offset
+
+    def detect(self, x, pose: BonePose, margin: Optional[float] = None) -> tuple[ContactPlanes, np.ndarray]:
+        """(planes on movable vertices of the embedded skin at x, their anchors (C,3)), with the
+        predictive margin unless `margin` = 0 is given. Penetrations of anchored vertices (too
+        little drive, see MIN_CONTACT_DRIVE) are left out and recorded in ``last_anchored`` =
+        (count, deepest m).
+
+        The anchor is the point the AL term holds the vertex behind, g = n · (x_v − anchor):
+        the plane point, except on a deforming collider (the other lip: ``partner`` names the
+        skin triangle the point lies on). There it is moved back towards the vertex by half the
+        depth times the share of that triangle which is itself pushed out of the vertex's lip:
+        two lips that overlap both go half-way and meet, instead of each being pushed to where
+        the other was — which swaps them into a gap, drops the planes and lets them overlap
+        again, round after round (the lip-roll frames that did not converge).
+
+        A plane that would compress the tissue under its vertex beyond MAX_TISSUE_COMPRESSION
+        of its rest depth (``skin_over_bone``) is moved out to that depth, and its depth reduced
+        to match; ``last_bone_limited`` = (count, largest move m)."""
         margin = self.margin if margin is None else margin
         skin = self.embedding.skin_positions(x)
         planes = (self.collisions.detect(skin, pose, margin=margin) if margin > 0.0
                   else self.collisions.detect(skin, pose))
         if not planes.count:
             self.last_anchored = (0, 0.0)
-            return planes
+            return planes, np.zeros((0, 3))
         usable = self.vertex_movable[planes.vertex]
         anchored = ~usable & (planes.depth > 0.0)
         self.last_anchored = (int(len(np.unique(planes.vertex[anchored]))), float(planes.depth[anchored].max(initial=0.0)))
-        return _subset(planes, usable)
+        share = _pushed_partner_share(planes, usable)[usable]
+        planes = planes.subset(usable)
+        excess = (self.skin_over_bone.compression_limit(planes, pose) if self.skin_over_bone is not None and planes.count
+                  else np.zeros(planes.count))
+        limited = excess > 0.0
+        self.last_bone_limited = (int(len(np.unique(planes.vertex[limited]))), float(excess.max(initial=0.0)))
+        planes.depth = np.maximum(planes.depth - excess, 0.0)
+        return planes, planes.point - (0.5 * share * planes.depth + excess)[:, None] * planes.normal
 
-    def measure(self, x, pose: BonePose) -> tuple[float, int]:
-        return self.collisions.measure(self.embedding.skin_positions(x), pose)
+    def measure(self, x, pose: BonePose, skin_offset=None) -> tuple[float, int]:
+        return self.collisions.measure(self.displayed_skin(x, skin_offset), pose)
 
     def _warm_multipliers(self, planes: ContactPlanes) -> np.ndarray:
         if not planes.count or not len(self._carried_keys):
@@ -353,22 +472,37 @@ class ContactResponse:
     @staticmethod
     def _merge(planes: ContactPlanes, state: np.ndarray, keep: np.ndarray,
                detected: ContactPlanes, fresh_state: np.ndarray) -> tuple[ContactPlanes, np.ndarray]:
-        """Detected planes replace those of the same (vertex, collider) and inherit their
-        per-plane state rows (multiplier, …), else take `fresh_state`; planes not detected
-        again stay where `keep`."""
-        row_of_key = {key: row for row, key in enumerate(_keys(planes).tolist())}
-        detected_keys = _keys(detected)
+        """Each detected plane replaces the old plane of the same (vertex, collider) whose normal
+        it matches within REPLACE_NORMAL_COSINE, taking its geometry and anchor from
+        `fresh_state` and the rest of the state row (multiplier, …) from the old plane. A plane
+        facing another way is added beside the old ones: a vertex in a concave corner of a
+        collider is then held by the planes of both sides, instead of being pushed from one to
+        the other round after round. On a deforming collider (the other lip) the old plane is
+        stale once the lip has moved, so it is always replaced. Old planes not replaced stay
+        where `keep`."""
+        old_rows: dict = {}
+        for row, key in enumerate(_keys(planes).tolist()):
+            old_rows.setdefault(key, []).append(row)
         inherited = fresh_state.copy()
-        for index, key in enumerate(detected_keys.tolist()):
-            if key in row_of_key:
-                inherited[index] = state[row_of_key[key]]
-        stays = keep & ~np.isin(_keys(planes), detected_keys)
-        merged = ContactPlanes.concatenate([detected, _subset(planes, stays)])
+        replaced = np.zeros(planes.count, bool)
+        deforming = (planes.partner >= 0).any(axis=1)
+        for index, key in enumerate(_keys(detected).tolist()):
+            rows = old_rows.get(key)
+            if not rows:
+                continue
+            cosine = planes.normal[rows] @ detected.normal[index]
+            best = int(np.argmax(cosine))
+            if (cosine[best] >= REPLACE_NORMAL_COSINE or deforming[rows[best]]) and not replaced[rows[best]]:
+                inherited[index, :_ANCHOR.start] = state[rows[best], :_ANCHOR.start]
+                replaced[rows[best]] = True
+        stays = keep & ~replaced
+        merged = ContactPlanes.concatenate([detected, planes.subset(stays)])
         return merged, np.concatenate([inherited, state[stays]])
 
-    def _fresh_state(self, planes: ContactPlanes) -> np.ndarray:
-        """(C,3) state of newly detected planes: warm multiplier, boost 1, violation = depth."""
-        return np.column_stack([self._warm_multipliers(planes), np.ones(planes.count), planes.depth])
+    def _fresh_state(self, planes: ContactPlanes, anchors: np.ndarray) -> np.ndarray:
+        """(C,6) state of newly detected planes: warm multiplier, boost 1, violation = depth, anchor."""
+        return np.column_stack([self._warm_multipliers(planes), np.ones(planes.count), planes.depth,
+                                np.reshape(anchors, (-1, 3))])
 
     def _contact_force_scale(self, planes: ContactPlanes, multipliers: np.ndarray) -> float:
         """The contact forces' magnitude: the multipliers, or the tissue's stiffness times the
@@ -386,28 +520,68 @@ class ContactResponse:
         """Drop the carried multipliers (e.g. when the simulator state is reset)."""
         self._remember(ContactPlanes.empty(), np.zeros(0))
 
+    def project_displayed(self, x, pose: BonePose, skin_offset=None) -> np.ndarray:
+        """(V,3) the display correction: every vertex of the displayed skin (embedded + offset)
+        still inside a collider by more than the tolerance is moved onto its deepest plane.
+        What it moves: anchored vertices (drive below MIN_CONTACT_DRIVE, skin embedded outside
+        the tet mesh over the bone or on the gums, which no force on the tissue can move out),
+        vertices whose offset (the fit's residual, up to several mm where a fit is poor) carries
+        them in, and those held at MAX_TISSUE_COMPRESSION. Two lips pushed into each other go
+        half-way each, as in ``detect``. A per-frame display offset like the detail residual
+        itself; the tissue is left as the solve found it."""
+        skin = self.displayed_skin(x, skin_offset)
+        correction = np.zeros_like(skin)
+        for _ in range(PROJECTION_PASSES):
+            planes = self.collisions.detect(skin + correction, pose)
+            inside = planes.depth > self.tolerance
+            if not inside.any():
+                break
+            share = _pushed_partner_share(planes, np.ones(planes.count, bool))
+            planes, share = planes.subset(inside), share[inside]
+            order = np.argsort(-planes.depth, kind="stable")
+            _, first = np.unique(planes.vertex[order], return_index=True)
+            chosen = order[first]
+            move = planes.depth[chosen] * (1.0 - 0.5 * share[chosen])
+            correction[planes.vertex[chosen]] += move[:, None] * planes.normal[chosen]
+        return correction
+
+    def _finish(self, x, pose, skin_offset) -> dict:
+        """The outcome's display fields: the projection, what it moved, and the deepest vertex
+        of the displayed skin after it (anchored vertices included)."""
+        anchored, anchored_depth = self.last_anchored
+        limited, limited_by = self.last_bone_limited
+        correction = self.project_displayed(x, pose, skin_offset)
+        final = self.collisions.detect(self.displayed_skin(x, skin_offset) + correction, pose)
+        moved = np.linalg.norm(correction, axis=1)
+        return dict(skin_correction=correction, penetration_depth_max=float(final.depth.max(initial=0.0)),
+                    anchored_vertices=anchored, anchored_depth_max=anchored_depth,
+                    projected_vertices=int((moved > 0.0).sum()), projection_max=float(moved.max(initial=0.0)),
+                    bone_limited_vertices=limited, bone_limited_max=limited_by)
+
     # -------------------------------------------------------------- Newton path
 
     def solve_newton(self, objective, solve: Callable, x_start: np.ndarray, pose: BonePose,
-                     force_scale: float, detect_at: Optional[np.ndarray] = None) -> ContactOutcome:
+                     force_scale: float, detect_at: Optional[np.ndarray] = None,
+                     skin_offset: Optional[np.ndarray] = None) -> ContactOutcome:
         """`solve(x0, force_scale) -> NewtonResult` runs the frame's Newton solver on
         `objective`, whose ``contact`` attribute this sets to the AL term of each round. The
         first detection runs at `detect_at` (default x_start): the start moved onto this
-        step's bone constraints, so that teeth moved by the jaw are seen where they are."""
-        planes = self.detect(x_start if detect_at is None else detect_at, pose)
-        # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m).
-        state = self._fresh_state(planes)
+        step's bone constraints, so that teeth moved by the jaw are seen where they are.
+        `skin_offset` (V,3): the display offset (see the class)."""
+        planes, anchors = self.detect(x_start if detect_at is None else detect_at, pose)
+        # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m), anchor (m).
+        state = self._fresh_state(planes, anchors)
         x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(3, np.int64), []
         converged, depth, violation, rounds, history = False, 0.0, 0.0, 0, []
         try:
             for rounds in range(1, self.max_rounds + 1):
                 term = None
                 if planes.count:
-                    stiffness = state[:, 1] * self.stiffness_factor * self.vertex_stiffness[planes.vertex]
-                    term = AugmentedLagrangianContact(self.embedding, planes, state[:, 0], stiffness,
-                                                      hessian_layout=self.hessian_layout)
+                    stiffness = state[:, _BOOST] * self.stiffness_factor * self.vertex_stiffness[planes.vertex]
+                    term = AugmentedLagrangianContact(self.embedding, planes, state[:, _MULTIPLIER], stiffness,
+                                                      hessian_layout=self.hessian_layout, anchors=state[:, _ANCHOR])
                 objective.contact = term
-                result = solve(x, max(force_scale, self._contact_force_scale(planes, state[:, 0])))
+                result = solve(x, max(force_scale, self._contact_force_scale(planes, state[:, _MULTIPLIER])))
                 x = np.asarray(result.x, dtype=np.float64)
                 totals += (result.iterations, result.factorisations, result.krylov_iterations)
                 slack = violation = 0.0
@@ -415,49 +589,49 @@ class ContactResponse:
                     plane_violation = np.maximum(-term.gaps(x), 0.0)
                     updated = term.updated_multipliers(x)
                     violation = float(plane_violation.max())
-                    slack = float((np.abs(updated - state[:, 0]) / term.stiffness).max())   # |min(g, λ/κ)|
+                    slack = float((np.abs(updated - state[:, _MULTIPLIER]) / term.stiffness).max())   # |min(g, λ/κ)|
                     # Where a round did not cut the violation by PENALTY_GROWTH_TRIGGER, the tissue
                     # there is stiffer than κ allows for (a vertex carried by a tet with pinned
                     # nodes, several planes on one tet): the usual AL remedy is a larger κ. It
                     # changes Hessian values only, never the pattern.
                     stalled = (plane_violation > self.tolerance) & (
-                        plane_violation > PENALTY_GROWTH_TRIGGER * state[:, 2])
-                    state[:, 1] = np.where(stalled, np.minimum(state[:, 1] * PENALTY_GROWTH, MAX_PENALTY_BOOST),
-                                           state[:, 1])
-                    state[:, 0], state[:, 2] = updated, plane_violation
-                detected = self.detect(x, pose)
+                        plane_violation > PENALTY_GROWTH_TRIGGER * state[:, _VIOLATION])
+                    state[:, _BOOST] = np.where(stalled, np.minimum(state[:, _BOOST] * PENALTY_GROWTH, MAX_PENALTY_BOOST),
+                                                state[:, _BOOST])
+                    state[:, _MULTIPLIER], state[:, _VIOLATION] = updated, plane_violation
+                detected, anchors = self.detect(x, pose)
                 depth = float(detected.depth.max(initial=0.0))
                 converged = result.converged and max(violation, slack, depth) <= self.tolerance
                 history.append((planes.count, depth, violation, slack))
                 if not result.converged:
                     reasons.append(f"round {rounds}: {result.reason}")
-                planes, state = self._merge(planes, state, state[:, 0] > 0.0, detected, self._fresh_state(detected))
+                planes, state = self._merge(planes, state, state[:, _MULTIPLIER] > 0.0, detected,
+                                            self._fresh_state(detected, anchors))
                 if converged:
                     break
                 if not result.converged:
                     break               # more rounds of a failing solve will not help
         finally:
             objective.contact = None
-        multipliers = state[:, 0]
+        multipliers = state[:, _MULTIPLIER]
         self._remember(planes, multipliers)
         if not converged and not reasons:
             reasons.append(f"contacts unresolved after {rounds} rounds: penetration {depth * 1e3:.4f} mm, "
                            f"plane violation {violation * 1e3:.4f} mm > tolerance {self.tolerance * 1e3:.4f} mm")
         return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
                               factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
-                              contacts=int((multipliers > 0.0).sum()), penetration_depth_max=depth,
-                              violation_max=violation, anchored_vertices=self.last_anchored[0],
-                              anchored_depth_max=self.last_anchored[1], history=history)
+                              contacts=int((multipliers > 0.0).sum()), violation_max=violation, history=history,
+                              **self._finish(x, pose, skin_offset))
 
     # -------------------------------------------------------------- IPOPT path
 
     def solve_ipopt(self, objective, constraints, newton_solve: Callable, x_start: np.ndarray, pose: BonePose,
                     force_scale: float, tolerance: float, max_iterations: Optional[int] = None,
-                    detect_at: Optional[np.ndarray] = None) -> ContactOutcome:
+                    detect_at: Optional[np.ndarray] = None, skin_offset: Optional[np.ndarray] = None) -> ContactOutcome:
         """The same alternation with IPOPT on the planes as linear inequalities (rounds with no
         plane use `newton_solve(x0, force_scale)`, the unconstrained frame)."""
         from .ipopt_solve import DEFAULT_MAX_ITERATIONS, skin_plane_inequalities, solve_with_ipopt
-        planes = self.detect(x_start if detect_at is None else detect_at, pose)
+        planes = self._fixed(*self.detect(x_start if detect_at is None else detect_at, pose))
         x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(3, np.int64), []
         converged, depth, violation, rounds, contacts, history = False, 0.0, 0.0, 0, 0, []
         for rounds in range(1, self.max_rounds + 1):
@@ -479,15 +653,15 @@ class ContactResponse:
             violation = float(np.maximum(-gaps, 0.0).max(initial=0.0))
             touching = gaps <= self.tolerance
             contacts = int(touching.sum())
-            detected = self.detect(x, pose)
+            detected = self._fixed(*self.detect(x, pose))
             depth = float(detected.depth.max(initial=0.0))
             converged = result.converged and max(violation, depth) <= self.tolerance
             history.append((planes.count, depth, violation, 0.0))
             if not result.converged:
                 reasons.append(f"round {rounds}: {result.reason}")
                 break
-            planes, _ = self._merge(planes, np.zeros((planes.count, 1)), touching, detected,
-                                    np.zeros((detected.count, 1)))
+            planes, _ = self._merge(planes, np.zeros((planes.count, 6)), touching, detected,
+                                    np.zeros((detected.count, 6)))
             if converged:
                 break
         if not converged and not reasons:
@@ -495,6 +669,12 @@ class ContactResponse:
                            f"plane violation {violation * 1e3:.4f} mm > tolerance {self.tolerance * 1e3:.4f} mm")
         return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
                               factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
-                              contacts=contacts, penetration_depth_max=depth, violation_max=violation,
-                              anchored_vertices=self.last_anchored[0], anchored_depth_max=self.last_anchored[1],
-                              history=history)
+                              contacts=contacts, violation_max=violation, history=history,
+                              **self._finish(x, pose, skin_offset))
+
+    @staticmethod
+    def _fixed(planes: ContactPlanes, anchors: np.ndarray) -> ContactPlanes:
+        """The planes with their anchors as points: fixed planes on the embedded skin, for
+        IPOPT's linear rows."""
+        return ContactPlanes(vertex=planes.vertex, point=anchors, normal=planes.normal, depth=planes.depth,
+                             collider=planes.collider)

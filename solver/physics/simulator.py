@@ -34,7 +34,7 @@ from .activation import apply_paralysis
 from .bones import bone_transforms
 from .constraints import BoneConstraints
 from .contact import (CONTACT_STIFFNESS_FACTOR, DEFAULT_CONTACT_MARGIN, DEFAULT_CONTACT_TOLERANCE,
-                      DEFAULT_MAX_CONTACT_ROUNDS, ContactResponse, SkinEmbedding)
+                      DEFAULT_MAX_CONTACT_ROUNDS, ContactResponse, SkinEmbedding, SkinOverBone)
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .newton import NewtonSolver
 
@@ -88,6 +88,10 @@ class FrameResult:
     contacts: int = 0                   # contact planes pushing at the end of the frame
     collision_rounds: int = 0           # solve → detect rounds over the frame's substeps
     anchored_vertices: int = 0          # penetrating skin vertices no plane can push (contact.MIN_CONTACT_DRIVE)
+    anchored_depth_max: float = 0.0     # m, how deep they were before the display projection moved them out
+    projected_vertices: int = 0         # displayed-skin vertices the display projection moved out of a collider
+    projection_max: float = 0.0         # m, the largest such move (contact.ContactResponse.project_displayed)
+    bone_limited_vertices: int = 0      # vertices whose plane was held at contact.MAX_TISSUE_COMPRESSION
     skull_transform: np.ndarray = field(default_factory=lambda: np.eye(4))   # bones' world transforms
     jaw_transform: np.ndarray = field(default_factory=lambda: np.eye(4))     # from rest, this frame
 
@@ -200,6 +204,9 @@ class FaceSimulator:
         self._previous_head = np.eye(4)
         self._previous_jaw = np.zeros(5)
         self.frame_index = 0            # the frame the next step() solves (colliders move per frame)
+        # What the last step's contact response added to the displayed skin: vertices moved out
+        # of the colliders (contact.ContactResponse.project_displayed), (V,3) m.
+        self.skin_correction = np.zeros((len(self.skin_embedding.weights), 3))
         self.collisions = collisions
         self.contact_response = None
         if collisions is not None:
@@ -207,7 +214,8 @@ class FaceSimulator:
                 collisions, self.skin_embedding, self._node_stiffness(),
                 self.constraints.dofs_per_node > 0, tolerance=s.contact_tolerance,
                 max_rounds=s.max_contact_rounds, stiffness_factor=s.contact_stiffness_factor,
-                hessian_layout=self.elasticity, margin=s.contact_margin)
+                hessian_layout=self.elasticity, margin=s.contact_margin,
+                skin_over_bone=SkinOverBone.from_model(model))
 
     def _node_stiffness(self) -> np.ndarray:
         """(N,) each node's local stiffness (N/m): the mean diagonal of its 3×3 block of the
@@ -223,6 +231,13 @@ class FaceSimulator:
         """(V,3) rig vertices carried by the tets through the barycentric embedding."""
         nodes = (self.positions if positions is None else np.asarray(positions)).reshape(-1, 3)
         return self.skin_embedding.skin_positions(nodes)
+
+    def displayed_skin(self, skin_offset: Optional[np.ndarray] = None) -> np.ndarray:
+        """(V,3) the skin as shown after the last step: embedded vertices + `skin_offset` (the
+        offset that step was given, e.g. the shape-key detail) + the contact response's
+        projection of anchored vertices (zero without a collision scene)."""
+        skin = self.skin_positions() + self.skin_correction
+        return skin if skin_offset is None else skin + skin_offset
 
     def wind_force(self, positions=None) -> np.ndarray:
         """(3N,) nodal force of the wind: pressure ½ρ|w|²·C on skin triangles facing into it,
@@ -257,10 +272,12 @@ class FaceSimulator:
         return dataclasses.replace(self.neutral_material, activation=activation)
 
     def step(self, activation: np.ndarray, jaw=np.zeros(5), head_transform=np.eye(4),
-             frame: Optional[int] = None) -> FrameResult:
+             frame: Optional[int] = None, skin_offset: Optional[np.ndarray] = None) -> FrameResult:
         """Advance one frame (1/fps s, in `substeps` backward-Euler steps when dynamic).
         `frame` is the animation frame index the colliders are placed at (default: one more
-        than the last step's, from 0).
+        than the last step's, from 0). `skin_offset` (V,3), with a collision scene: what will
+        be added to the simulated skin for display (the shape-key detail residual); the contact
+        response keeps the skin plus this offset out of the colliders (displayed_skin).
 
         Across the substeps the bones move steadily from the previous frame's pose to this
         one's (the head transform along the screw motion between the two, the jaw parameters
@@ -276,7 +293,8 @@ class FaceSimulator:
         frame_index = self.frame_index if frame is None else int(frame)
         steps = self.settings.substeps if self.settings.dynamic else 1
         iterations, factorisations, krylov_iterations, converged, reasons = 0, 0, 0, True, []
-        rounds, contacts, depth, anchored = 0, 0, 0.0, 0
+        rounds, contacts, depth, anchored, anchored_depth, projected, projection, limited = 0, 0, 0.0, 0, 0.0, 0, 0.0, 0
+        self._skin_offset = None if skin_offset is None else np.asarray(skin_offset, dtype=np.float64).reshape(-1, 3)
         for substep in range(1, steps + 1):
             fraction = substep / steps
             substep_head = head if substep == steps else _interpolate_rigid(self._previous_head, head, fraction)
@@ -290,17 +308,25 @@ class FaceSimulator:
             if not result.converged:
                 reasons.append(result.reason)
             rounds += getattr(result, "rounds", 0)
-            # Anchored vertices count: the figure is the deepest skin vertex, pushable or not.
+            # The figure is the deepest vertex of the displayed skin, anchored vertices included
+            # (after their projection; how deep they were before it is anchored_depth_max).
             contacts = getattr(result, "contacts", 0)
-            depth = max(getattr(result, "penetration_depth_max", 0.0), getattr(result, "anchored_depth_max", 0.0))
+            depth = getattr(result, "penetration_depth_max", 0.0)
             anchored = getattr(result, "anchored_vertices", 0)
+            anchored_depth = getattr(result, "anchored_depth_max", 0.0)
+            projected, projection = getattr(result, "projected_vertices", 0), getattr(result, "projection_max", 0.0)
+            limited = getattr(result, "bone_limited_vertices", 0)
+            correction = getattr(result, "skin_correction", None)
+            self.skin_correction = np.zeros_like(self.skin_correction) if correction is None else correction
         self._previous_head, self._previous_jaw = head.copy(), jaw.copy()
         self.frame_index = frame_index + 1
         return FrameResult(positions=self.positions.reshape(-1, 3).copy(), converged=bool(converged),
                            iterations=iterations, seconds=time.perf_counter() - started,
                            reason="; ".join(reasons), factorisations=factorisations,
                            krylov_iterations=krylov_iterations, penetration_depth_max=depth, contacts=contacts,
-                           collision_rounds=rounds, anchored_vertices=anchored, skull_transform=skull, jaw_transform=jaw_transform)
+                           collision_rounds=rounds, anchored_vertices=anchored, anchored_depth_max=anchored_depth,
+                           projected_vertices=projected, projection_max=projection, bone_limited_vertices=limited,
+                           skull_transform=skull, jaw_transform=jaw_transform)
 
     def _solve_step(self, skull, jaw_transform, pose: BonePose):
         objective = self.objective
@@ -331,11 +357,13 @@ class FaceSimulator:
         constraints = self.constraints
         constraints.use_frame(skull, jaw_transform)
         moved = constraints.x_from_q(constraints.q_from_x(previous))
+        offset = self._skin_offset
         if self.settings.contact_solver == "ipopt":
             return self.contact_response.solve_ipopt(self.objective, constraints, newton, previous, pose, force_scale,
-                                                     tolerance=self.settings.tolerance, detect_at=moved)
+                                                     tolerance=self.settings.tolerance, detect_at=moved,
+                                                     skin_offset=offset)
         return self.contact_response.solve_newton(self.objective, newton, previous, pose, force_scale,
-                                                  detect_at=moved)
+                                                  detect_at=moved, skin_offset=offset)
 
     def _force_scale(self, start, skull, jaw_transform):
         """The forces that drive the frame: activation pull at rest, gravity and wind, and the

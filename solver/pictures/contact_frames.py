@@ -2,9 +2,10 @@
 
 Top row: the *plain* blendshape skin (rest + Σ w_j delta_j, the bones at the blended jaw),
 with every skin vertex that detection finds inside a teeth proxy or through the other lip
-drawn red. Bottom row: the simulated skin of the same frame (fit → blend → FaceSimulator
-with the collision scene); the vertices that penetrated in the plain frame are drawn blue,
-so one sees where they went, and any still penetrating red.
+drawn red. Bottom row: the simulated skin of the same frame as it is shown (fit → blend →
+FaceSimulator with the collision scene, the fit's detail residual and the display projection
+included); the vertices that penetrated in the plain frame are drawn blue, so one sees where
+they went, and any still penetrating red.
 
 Columns: a front close-up of the mouth, and a sagittal-ish view — the subject's right half
 of the skin and of the teeth proxies (everything left of the midline removed), seen from
