@@ -510,6 +510,44 @@ def test_the_lips_glide_over_the_teeth(model):
     assert (model["pin_bone"] == JAW).sum() > 0
 
 
+def test_the_mouth_floor_slides_on_the_neck_and_the_chin_is_pinned(model, rig_name):
+    """Between the halves of the mandible there is no bone: no node well below the line from
+    2 cm under the chin point to the jaw angles, and behind the chin, is attached to the jaw;
+    on ICT, whose estimated mandible reaches there, those nodes slide on the skull (neck core).
+    The chin stays pinned to the jaw (attachments.py)."""
+    scale = _info(model)["face_scale"]
+    chin = _local(model, _landmark(model, "chin"))
+    angle = np.mean([_local(model, _landmark(model, f"gonion_{k}")) for k in "LR"], axis=0)
+    front_up, front_forward = chin[1] - 0.020 * scale, chin[2]
+    slope = (angle[1] - front_up) / (angle[2] - front_forward)
+
+    def below_floor_line(points, by):
+        local = _local(model, points)
+        return (local[:, 1] < front_up + slope * (local[:, 2] - front_forward) - by * scale) \
+            & (local[:, 2] < chin[2] - 0.020 * scale)
+
+    positions = model["rest_positions"]
+    on_jaw = np.concatenate([model["pin_nodes"][model["pin_bone"] == JAW], model["slide_nodes"][model["slide_bone"] == JAW]])
+    under = below_floor_line(positions[on_jaw], 0.006)
+    assert not under.any(), f"{int(under.sum())} nodes under the mouth floor are attached to the jaw"
+    if rig_name == "ict":
+        skull_slides = model["slide_nodes"][model["slide_bone"] == SKULL]
+        assert below_floor_line(positions[skull_slides], 0.006).sum() > 20, "the mouth floor does not slide on the neck"
+    jaw_pins = model["pin_nodes"][model["pin_bone"] == JAW]
+    near_chin = np.linalg.norm(positions[jaw_pins] - _landmark(model, "chin"), axis=1) < 0.025 * scale
+    assert near_chin.sum() >= 3, "the chin is not pinned to the jaw"
+
+
+def test_the_cheek_lining_glides_over_the_teeth(model):
+    """Attached nodes at the height of the bite, in front of the jaw angles, slide: the inside
+    of the cheeks is free mucosa over the crowns and gums (attachments.py)."""
+    scale = _info(model)["face_scale"]
+    angle_forward = np.mean([_local(model, _landmark(model, f"gonion_{k}"))[2] for k in "LR"])
+    pinned = _local(model, model["rest_positions"][model["pin_nodes"]])
+    at_bite = (np.abs(pinned[:, 1]) < 0.014 * scale) & (pinned[:, 2] > angle_forward + 0.001 * scale)
+    assert not at_bite.any(), f"{int(at_bite.sum())} nodes at the height of the bite are pinned"
+
+
 # --------------------------------------------------------------------------- jaw
 
 def test_condyles_are_inside_the_skin_and_symmetric(model):
