@@ -92,12 +92,6 @@ def _report(run_or_messages) -> str:
     return "\n".join(run_or_messages)
 
 
-LIP_FRAMES_UNCONVERGED = ("frames 2-3 (jawOpen 1 / 0.8 under mouthClose) stop after 20 contact rounds with the "
-                          "pushable skin held to 0.065-0.068 mm, over the 0.05 mm contact tolerance (the displayed "
-                          "skin is within 0.049 mm; docs/collisions.md, 'Acceptance scenarios')")
-
-
-@pytest.mark.xfail(strict=True, reason=LIP_FRAMES_UNCONVERGED)
 def test_plain_blendshapes_penetrate_and_the_simulation_holds_the_skin_out(lip_run):
     run, messages = lip_run["run"], lip_run["messages"]
     frames = run.frames

@@ -18,8 +18,8 @@ from solver.collisions.contacts import BonePose, ContactPlanes
 from solver.collisions.sdf import (BoxCollider, CapsuleCollider, SphereCollider, box_signed_distance,
                                    capsule_signed_distance, sphere_signed_distance)
 from solver.geometry import triangle_normals_areas
-from solver.physics.contact import (AugmentedLagrangianContact, ColliderSet, SkinEmbedding, contact_element_energies,
-                                    contact_energy)
+from solver.physics.contact import (REACTION_COLLIDER_OFFSET, AugmentedLagrangianContact, ColliderSet,
+                                    ContactResponse, SkinEmbedding, contact_element_energies, contact_energy)
 from solver.model_builder.builder import BuildOptions, build_model
 from solver.physics.simulator import FaceSimulator, SimulationSettings
 
@@ -148,6 +148,64 @@ def test_al_multiplier_update_and_convenience_call():
     assert energy == pytest.approx(contact_element_energies(rest[None], term.weights, term.planes.point,
                                                             term.planes.normal, np.array([0.2]), np.array([500.0]))[0])
     assert hessian.shape == (12, 12)
+
+
+# ----------------------------------------------------------------------------- lip against lip
+
+class _FixedPlanes:
+    """A scene stub handing over the same planes whatever the skin."""
+    names = ["upper_lip", "lower_lip"]
+
+    def __init__(self, planes):
+        self.planes = planes
+
+    def detect(self, skin_positions, pose, margin=0.0):
+        return self.planes
+
+    def measure(self, skin_positions, pose):
+        return 0.0, 0
+
+
+def test_a_lip_plane_pushes_its_partner_triangle_back_to_the_mid_plane():
+    """Lip against lip: a lower-lip vertex 0.4 mm inside the upper lip is held behind the plane
+    half-way between it and its plane point, and the movable corners of the upper-lip triangle
+    it lies under get reaction planes on the same mid-plane facing the other way (one per corner,
+    the deepest); an anchored corner (drive below MIN_CONTACT_DRIVE) gets none and its share of
+    the way is the vertex's. Without the reaction planes the other lip was not pushed back but
+    followed the vertex (docs/collisions.md, 'Lip against lip')."""
+    up = np.array([0.0, 1.0, 0.0])
+    # Skin vertices 0-2: the upper-lip triangle at height 0; 3, 4: lower-lip vertices poking up
+    # into it, 0.4 and 0.1 mm; each skin vertex sits on a node of its own (node 5 pinned).
+    skin = np.array([[0.0, 0.0, 0.0], [2e-3, 0.0, 0.0], [0.0, 0.0, 2e-3], [0.5e-3, 0.4e-3, 0.5e-3],
+                     [1e-3, 0.1e-3, 0.5e-3]])
+    nodes = np.vstack([skin, [[0.0, 0.01, 0.0]]])
+    embedding = SkinEmbedding(vertex_tet=np.zeros(5, np.int64), nodes=np.array([[v, 5, 5, 5] for v in range(5)]),
+                              weights=np.tile([1.0, 0.0, 0.0, 0.0], (5, 1)), node_count=6)
+    weights = np.array([[0.5, 0.25, 0.25], [0.25, 0.5, 0.25]])
+    planes = ContactPlanes(vertex=np.array([3, 4]), point=weights @ skin[:3] * [1, 0, 1], normal=np.tile(-up, (2, 1)),
+                           depth=np.array([0.4e-3, 0.1e-3]), collider=np.array([0, 0]),
+                           partner=np.array([[0, 1, 2], [0, 1, 2]]), partner_weight=weights)
+
+    def response(movable):
+        return ContactResponse(_FixedPlanes(planes), embedding, np.ones(6), np.array(movable), margin=0.0)
+
+    found, anchors = response([True] * 5 + [False]).detect(nodes.reshape(-1), BonePose(np.eye(4), np.eye(4), 0))
+    lip, reaction = found.collider < REACTION_COLLIDER_OFFSET, found.collider >= REACTION_COLLIDER_OFFSET
+    assert lip.sum() == 2 and reaction.sum() == 3
+    # Half-way: the anchors lie on the mid-planes, 0.2 and 0.05 mm up.
+    assert np.allclose(anchors[lip] @ up, [0.2e-3, 0.05e-3])
+    # Each corner is held above the deeper vertex's mid-plane (0.2 mm up), its plane facing up.
+    assert sorted(found.vertex[reaction].tolist()) == [0, 1, 2]
+    assert np.allclose(found.normal[reaction], up) and np.allclose(anchors[reaction] @ up, 0.2e-3)
+    assert np.allclose(found.depth[reaction], 0.2e-3)
+    assert (found.partner[reaction][:, 0] == 3).all()
+    # An anchored corner takes no reaction plane; the vertex goes its share of the way alone.
+    found, anchors = response([False, True, True, True, True, False]).detect(nodes.reshape(-1),
+                                                                              BonePose(np.eye(4), np.eye(4), 0))
+    reaction = found.collider >= REACTION_COLLIDER_OFFSET
+    assert sorted(found.vertex[reaction].tolist()) == [1, 2]
+    first = np.flatnonzero(found.vertex == 3)[0]
+    assert anchors[first] @ up == pytest.approx(0.5 * 0.5 * 0.4e-3)     # share 0.5: three quarters of the way
 
 
 # ----------------------------------------------------------------------------- the demo cheek

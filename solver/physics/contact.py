@@ -45,9 +45,13 @@ solve → update multipliers → detect again. A plane is replaced when its vert
 (same collider), kept while the vertex is still in contact (λ > 0, or for IPOPT a gap within
 the tolerance), and dropped once the vertex has separated with λ = 0. The step is done when
 the largest plane violation, the largest AL complementarity slack |min(g, λ/κ)| and the
-largest penetration found by detection are all ≤ the contact tolerance (default 0.02 mm), or
+largest penetration found by detection are all ≤ the contact tolerance (default 0.05 mm), or
 it stops after ``max_contact_rounds`` and reports itself unconverged. Multipliers carry over
 to the next step for vertices detected again (warm start: a held contact needs one round).
+Lip against lip (a deforming collider): a lip vertex inside the other lip is held behind the
+mid-plane between it and the other lip, and *reaction planes* push the corners of the other
+lip's triangle back to the same mid-plane, so the two meet half-way in one round
+(ContactResponse.detect, _reaction_planes).
 
 The energy comes in the three tiers of the other energies (docs/physics.md):
 ``contact_element_energies`` / ``_gradients`` / ``_hessians`` per contact;
@@ -68,9 +72,11 @@ import scipy.sparse
 from ..collisions.contacts import BonePose, Collider, ContactPlanes
 
 CONTACT_STIFFNESS_FACTOR = 100.0    # κ relative to the vertex's local tissue stiffness
-# m: largest violation / penetration accepted: a quarter of the issue's 0.2 mm bound. Two lips
-# pressed together close their last tenths of a millimetre by only 10-15 % a round (the half-way
-# planes, see detect); 0.02 mm took up to 20 rounds on the demo head's lip frames, 0.05 mm 6-11.
+# m: largest violation / penetration accepted: a quarter of the issue's 0.2 mm bound, so what a
+# frame leaves (and the display projection's own tolerance) stays well inside it. Before the
+# reaction planes (ContactResponse._reaction_planes) two lips pressed together closed their last
+# tenths of a millimetre by only ~5 % a round and some lip frames did not reach it in 20 rounds;
+# now they take 3-4.
 DEFAULT_CONTACT_TOLERANCE = 5e-5
 DEFAULT_MAX_CONTACT_ROUNDS = 20
 PENALTY_GROWTH_TRIGGER = 0.25       # a round must cut a plane's violation at least 4× …
@@ -95,6 +101,9 @@ _KEY_STRIDE = 1 << 20               # (vertex, collider) → one int64 key; far 
 # A re-detected plane replaces the vertex's old plane on the same collider when their normals
 # agree within 5°; otherwise both are kept (see ContactResponse._merge).
 REPLACE_NORMAL_COSINE = math.cos(math.radians(5.0))
+# The planes ContactResponse.detect adds on the other lip's vertices (the reaction to a lip plane,
+# see ContactResponse._reaction_planes) name the lip collider plus this, so they have keys of their own.
+REACTION_COLLIDER_OFFSET = 1 << 10
 
 
 # ----------------------------------------------------------------------------- tier 1: per contact
@@ -429,11 +438,12 @@ class ContactResponse:
 
         The anchor is the point the AL term holds the vertex behind, g = n · (x_v − anchor):
         the plane point, except on a deforming collider (the other lip: ``partner`` names the
-        skin triangle the point lies on). There it is moved back towards the vertex by half the
-        depth times the share of that triangle which is itself pushed out of the vertex's lip:
-        two lips that overlap both go half-way and meet, instead of each being pushed to where
-        the other was — which swaps them into a gap, drops the planes and lets them overlap
-        again, round after round (the lip-roll frames that did not converge).
+        skin triangle the point lies on). There the two lips meet half-way: the vertex is held
+        behind the plane through the midpoint between it and its plane point, and the movable
+        corners of the partner triangle get *reaction planes* holding them on the other side of
+        that same plane (``_reaction_planes``); so the anchor is moved back towards the vertex by
+        half the depth times the share of the triangle that has movable corners (the rest of the
+        way is the vertex's alone).
 
         A plane that would compress the tissue under its vertex beyond MAX_TISSUE_COMPRESSION
         of its rest depth (``skin_over_bone``) is moved out to that depth, and its depth reduced
@@ -448,14 +458,59 @@ class ContactResponse:
         usable = self.vertex_movable[planes.vertex]
         anchored = ~usable & (planes.depth > 0.0)
         self.last_anchored = (int(len(np.unique(planes.vertex[anchored]))), float(planes.depth[anchored].max(initial=0.0)))
-        share = _pushed_partner_share(planes, usable)[usable]
         planes = planes.subset(usable)
+        planes, share = self._reaction_planes(planes, skin)
         excess = (self.skin_over_bone.compression_limit(planes, pose) if self.skin_over_bone is not None and planes.count
                   else np.zeros(planes.count))
         limited = excess > 0.0
         self.last_bone_limited = (int(len(np.unique(planes.vertex[limited]))), float(excess.max(initial=0.0)))
         planes.depth = np.maximum(planes.depth - excess, 0.0)
         return planes, planes.point - (0.5 * share * planes.depth + excess)[:, None] * planes.normal
+
+    def _reaction_planes(self, planes: ContactPlanes, skin: np.ndarray) -> tuple[ContactPlanes, np.ndarray]:
+        """The planes with reaction planes appended, and each plane's half-way share (C',).
+
+        A lip plane (one with a partner triangle on the other lip) of depth d > 0 holds its
+        vertex behind the mid-plane: normal n through M = p − ½ d n. Each movable corner j of
+        the partner triangle (weight > 0, drive ≥ MIN_CONTACT_DRIVE) still on the vertex's side
+        of that mid-plane gets a plane on the mid-plane facing the other way (normal −n, depth
+        n · (x_j − M)), collider = the lip's + REACTION_COLLIDER_OFFSET, partner = the vertex;
+        of several for one corner the deepest is kept. The vertex's share is the partner weight
+        on movable corners: 1 when the whole triangle is pushed back, so the vertex goes half-way.
+
+        Why: with only each lip's own vertices held against the other lip (both ways), nothing
+        pushes the other lip back — a lip vertex pushed out of the other lip only lifts that
+        lip's vertices resting on its own triangles, which follow it. Measured on the demo head's
+        lip frames: the other lip followed a pushed vertex by 0.91 of its move, so each round cut
+        the overlap by ~5 % and 0.07 mm overlaps were still there after 20 rounds; and two
+        vertices that had crossed each other were pushed to alternating sides round after round.
+        The reaction planes are single-vertex planes like any other, so the Hessian pattern is
+        unchanged."""
+        share = np.zeros(planes.count)
+        lip = np.flatnonzero((planes.partner >= 0).all(axis=1) & (planes.depth > 0.0))
+        if not len(lip):
+            return planes, share
+        normal = planes.normal[lip]
+        middle = planes.point[lip] - 0.5 * planes.depth[lip][:, None] * normal
+        corners, weights = planes.partner[lip], planes.partner_weight[lip]
+        movable = self.vertex_movable[corners] & (weights > 0.0)
+        share[lip] = (weights * movable).sum(axis=1)
+        beyond = np.einsum("ckd,cd->ck", skin[corners] - middle[:, None, :], normal)   # on the vertex's side
+        row, corner = np.nonzero(movable & (beyond > 0.0))
+        if not len(row):
+            return planes, share
+        vertex, depth = corners[row, corner], beyond[row, corner]
+        collider = planes.collider[lip][row] + REACTION_COLLIDER_OFFSET
+        # The deepest plane per (corner vertex, collider).
+        order = np.lexsort((-depth, collider, vertex))
+        keys = vertex[order].astype(np.int64) * _KEY_STRIDE + collider[order]
+        first = order[np.r_[True, keys[1:] != keys[:-1]]]
+        pushing = planes.vertex[lip][row[first]]
+        reactions = ContactPlanes(vertex=vertex[first], point=middle[row[first]], normal=-normal[row[first]],
+                                  depth=depth[first], collider=collider[first],
+                                  partner=np.column_stack([pushing, np.full((len(first), 2), -1)]),
+                                  partner_weight=np.column_stack([np.ones(len(first)), np.zeros((len(first), 2))]))
+        return ContactPlanes.concatenate([planes, reactions]), np.concatenate([share, np.zeros(len(first))])
 
     def measure(self, x, pose: BonePose, skin_offset=None) -> tuple[float, int]:
         return self.collisions.measure(self.displayed_skin(x, skin_offset), pose)
