@@ -111,4 +111,6 @@ def test_the_baked_caches_show_smile_palsy_fat_and_poke(demo_run):
     fat = _skin_motion(out, "Fat")
     assert fat[cheek_left] > 1e-3 and fat[cheek_left] == pytest.approx(fat[cheek_right], rel=0.2)
     poke = _skin_motion(out, "Cheek poke")
-    assert poke[cheek_left] > 3e-3 and poke[cheek_right] < 1e-4
+    # Local: the far cheek, ~10 cm away, moves by at most 2 % of the poked one (measured: 10.4 mm
+    # and 0.12 mm once the cheeks' lining glides over the teeth and passes some of the push on).
+    assert poke[cheek_left] > 3e-3 and poke[cheek_right] < 0.02 * poke[cheek_left]
