@@ -93,8 +93,7 @@ def split_pin_slide(positions, bone_label, landmarks, condyles):
     lip_glide = np.zeros(len(positions), dtype=bool)
     for lip in ("upper_lip", "lower_lip"):
         lip_glide |= np.linalg.norm(positions - landmarks[lip], axis=1) < LIP_GLIDE_RADIUS * s
-    angle_forward = np.mean([frame.local(landmarks[f"gonion_{k}"][None])[0, 2] for k in "LR"])
-    cheek_glide = (np.abs(local[:, 1] - mouth_y) < CHEEK_GLIDE_BAND * s) & (local[:, 2] > angle_forward)
+    cheek_glide = (np.abs(local[:, 1] - mouth_y) < CHEEK_GLIDE_BAND * s) & (local[:, 2] > _jaw_angle(landmarks)[2])
     mouth_floor = under_mouth_floor(local, landmarks) & (bone_label == JAW)
     slide = ((forehead_scalp | zygoma | neck | behind_ears) & (bone_label != JAW)) | lip_glide | cheek_glide \
         | mouth_floor
@@ -107,8 +106,13 @@ def under_mouth_floor(local, landmarks) -> np.ndarray:
     chin (see the module docstring)."""
     frame, s = landmarks.frame, landmarks.scale
     chin = frame.local(landmarks["chin"][None])[0]
-    angle = np.mean([frame.local(landmarks[f"gonion_{k}"][None])[0] for k in "LR"], axis=0)
+    angle = _jaw_angle(landmarks)
     border_front = np.array([chin[1] - MOUTH_FLOOR_CHIN_DROP * s, chin[2]])          # (up, forward)
     slope = (angle[1] - border_front[0]) / min(angle[2] - border_front[1], -1e-6)
     border_up = border_front[0] + slope * (local[:, 2] - border_front[1])
     return (local[:, 1] < border_up - MOUTH_FLOOR_MARGIN * s) & (local[:, 2] < chin[2] - MOUTH_FLOOR_BEHIND_CHIN * s)
+
+
+def _jaw_angle(landmarks) -> np.ndarray:
+    """Head-frame position of the jaw angles: the mean of the two gonions (x near 0)."""
+    return np.mean([landmarks.frame.local(landmarks[f"gonion_{k}"][None])[0] for k in "LR"], axis=0)
