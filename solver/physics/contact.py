@@ -363,20 +363,17 @@ def _keys(planes: ContactPlanes) -> np.ndarray:
     return planes.vertex.astype(np.int64) * _KEY_STRIDE + planes.collider.astype(np.int64)
 
 
-def _pushed_partner_share(planes: ContactPlanes, pushed: np.ndarray) -> np.ndarray:
+def _pushed_partner_share(planes: ContactPlanes) -> np.ndarray:
     """(C,) for each plane, the barycentric share of its partner triangle (0 without one) whose
-    vertices are themselves held against a deforming collider by this detection (a plane with a
-    partner and `pushed` (C,) bool — penetrating, or within the predictive margin): for lips,
-    the share of the other lip that is being moved towards the interface too. Counting the
-    margin's planes matters once the lips touch: their residual overlaps are then split as
-    well, instead of one side being pushed all the way into a gap that opens and closes again
-    round after round."""
+    vertices have a lip plane of their own in this detection: for two overlapping lips, the share
+    of the other lip that the display projection moves towards the interface too, so each goes
+    half-way (project_displayed)."""
     share = np.zeros(planes.count)
     has_partner = planes.partner >= 0
     if not has_partner.any():
         return share
     inside = np.zeros(int(max(planes.vertex.max(), planes.partner.max())) + 1, bool)
-    inside[planes.vertex[pushed & has_partner.any(axis=1)]] = True
+    inside[planes.vertex[has_partner.any(axis=1)]] = True
     partner_pushed = has_partner & inside[np.maximum(planes.partner, 0)]
     return (planes.partner_weight * partner_pushed).sum(axis=1)
 
@@ -591,7 +588,7 @@ class ContactResponse:
             inside = planes.depth > self.tolerance
             if not inside.any():
                 break
-            share = _pushed_partner_share(planes, np.ones(planes.count, bool))
+            share = _pushed_partner_share(planes)
             planes, share = planes.subset(inside), share[inside]
             order = np.argsort(-planes.depth, kind="stable")
             _, first = np.unique(planes.vertex[order], return_index=True)
