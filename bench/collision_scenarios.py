@@ -274,11 +274,11 @@ class LipRun:
 def pushable_depth(simulator: FaceSimulator, scene: CollisionScene, pose: BonePose) -> float:
     """How deep (m) the embedded skin — the tissue's own result, before the detail offset and the
     display projection — lies in the scene at the vertices the tissue is asked to hold out:
-    pushable ones (drive ≥ 0.25), measured beyond what the compression limit lets a plane give
+    pushable ones (drive along the plane normal ≥ 0.25), measured beyond what the compression limit lets a plane give
     up (contact.MAX_TISSUE_COMPRESSION)."""
     response = simulator.contact_response
     planes = scene.detect(simulator.skin_positions(), pose)
-    planes = planes.subset(response.vertex_movable[planes.vertex])
+    planes = planes.subset(response.pushable(planes, pose))
     if not planes.count:
         return 0.0
     given_up = (response.skin_over_bone.compression_limit(planes, pose) if response.skin_over_bone is not None
@@ -440,18 +440,6 @@ def headset_shell(model, frames: int = 5, press: float = 2.0e-3, clearance: floa
     for frame, back in enumerate(np.linspace(0.0, clearance + press, frames)):
         transforms[frame, :3, 3] = -back * axes[2]
     return vertices, faces, transforms
-
-
-def with_sliding_nodes_pinned(model) -> dict:
-    """A copy of the model whose sliding bone nodes are pinned to their bone instead. The control
-    for the headset: on the demo head the tissue over the glabella slides over the skull
-    unchecked under the press (docs/collisions.md), which pinning takes out of the picture."""
-    pinned = dict(model)
-    pinned["pin_nodes"] = np.concatenate([model["pin_nodes"], model["slide_nodes"]])
-    pinned["pin_bone"] = np.concatenate([model["pin_bone"], model["slide_bone"]])
-    for key in ("slide_nodes", "slide_bone", "slide_normals"):
-        pinned[key] = model[key][:0]
-    return pinned
 
 
 def save_headset(path, model, **options) -> Path:
@@ -703,9 +691,6 @@ def run_headset(model, press: float, frames: int = 5):
           f"pressed {press * MM:.1f} mm past first contact")
     scene = CollisionScene(model, teeth=True, lips=True, colliders=[shell])
     for line in describe_press("headset", press_scenario(model, scene, "headset", frames)):
-        print(line)
-    pinned = with_sliding_nodes_pinned(model)
-    for line in describe_press("headset, sliding nodes pinned", press_scenario(pinned, scene, "headset", frames)):
         print(line)
     finger = CollisionScene(model, teeth=True, lips=True, colliders=[cheek_finger(model, frames)])
     for line in describe_press("finger", press_scenario(model, finger, "finger", frames)):

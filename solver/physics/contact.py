@@ -165,6 +165,22 @@ class SkinEmbedding:
 
 
 @dataclass(frozen=True)
+class SlidingNodes:
+    """The model's sliding bone nodes (S,), their bone (S,) (0 skull, 1 jaw, as in BonePose) and
+    unit bone normals at rest (S,3): a sliding node moves only within the plane of that normal."""
+    nodes: np.ndarray
+    bone: np.ndarray
+    rest_normals: np.ndarray
+
+    @staticmethod
+    def from_model(model: dict) -> "SlidingNodes":
+        normals = np.asarray(model["slide_normals"], dtype=np.float64).reshape(-1, 3)
+        return SlidingNodes(nodes=np.asarray(model["slide_nodes"], dtype=np.int64),
+                            bone=np.asarray(model["slide_bone"], dtype=np.int64),
+                            rest_normals=normals / np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300))
+
+
+@dataclass(frozen=True)
 class SkinOverBone:
     """The tissue under each skin vertex at rest: its depth (V,) m — the distance to the
     model's bone surface, the boundary the pinned and sliding nodes lie on —, the bone (V,)
@@ -387,7 +403,8 @@ class ContactResponse:
 
     collisions: the scene (``detect(skin, pose[, margin])``, ``measure(skin, pose)``);
     embedding: the model's skin embedding; node_stiffness (N,): each node's local stiffness
-    (N/m), from which κ is scaled; movable_nodes (N,) bool: nodes with unknowns.
+    (N/m), from which κ is scaled; movable_nodes (N,) bool: nodes with unknowns; `sliding`
+    (optional): the sliding nodes as ``SlidingNodes``, whose bone normal blocks part of a push.
 
     The tissue holds the embedded skin out of the colliders. What is shown is the embedded
     skin plus the frame's ``skin_offset`` (the shape-key detail residual animate adds), plus
@@ -399,8 +416,9 @@ class ContactResponse:
                  *, tolerance: float = DEFAULT_CONTACT_TOLERANCE, max_rounds: int = DEFAULT_MAX_CONTACT_ROUNDS,
                  stiffness_factor: float = CONTACT_STIFFNESS_FACTOR, hessian_layout=None,
                  margin: float = DEFAULT_CONTACT_MARGIN, min_drive: float = MIN_CONTACT_DRIVE,
-                 skin_over_bone: Optional[SkinOverBone] = None):
+                 skin_over_bone: Optional[SkinOverBone] = None, sliding: Optional[SlidingNodes] = None):
         self.collisions = collisions
+        self.sliding = sliding
         self.embedding = embedding
         self.skin_over_bone = skin_over_bone
         # The vertex's stiffness through its four nodes acting as independent springs in
@@ -410,9 +428,14 @@ class ContactResponse:
         # own stiffness.
         node_stiffness = np.asarray(node_stiffness, dtype=np.float64)
         self.vertex_stiffness = 1.0 / np.einsum("vk,vk->v", embedding.weights ** 2, 1.0 / node_stiffness[embedding.nodes])
-        movable = np.asarray(movable_nodes, dtype=bool)[embedding.nodes]
+        self.node_movable = np.asarray(movable_nodes, dtype=bool)
+        movable = self.node_movable[embedding.nodes]
         self.drive = np.einsum("vk,vk->v", embedding.weights, movable.astype(np.float64))
+        self.min_drive = float(min_drive)
         self.vertex_movable = movable.any(axis=1) & (self.drive >= min_drive)
+        self._sliding_slot = np.full(len(self.node_movable), -1, np.int64)
+        if sliding is not None and len(sliding.nodes):
+            self._sliding_slot[sliding.nodes] = np.arange(len(sliding.nodes))
         self.tolerance, self.max_rounds, self.stiffness_factor = tolerance, max_rounds, stiffness_factor
         self.hessian_layout = hessian_layout
         self.margin = float(margin) if margin and _takes_margin(collisions) else 0.0
@@ -426,6 +449,37 @@ class ContactResponse:
     def displayed_skin(self, x, skin_offset=None) -> np.ndarray:
         skin = self.embedding.skin_positions(x)
         return skin if skin_offset is None else skin + skin_offset
+
+    def drive_along(self, vertices: np.ndarray, directions: np.ndarray, pose: BonePose) -> np.ndarray:
+        """(C,) how far each skin vertex moves along its direction (C,3, unit) when its tet's
+        nodes move by one unit that way as far as their constraints let them:
+        Σ_k w_k m_k, with m_k = 1 for a free node, 0 for a pinned one and 1 − (n·b_k)² for a
+        node sliding on a bone plane of normal b_k (only the part of the push within its plane).
+
+        Why per direction: a skin vertex over thin tissue sits in tets whose bottom nodes slide
+        on the bone. Pushed straight at the bone, those nodes cannot give; counted as movable
+        (the per-vertex ``drive``), the push was applied anyway, its penalty grew round after
+        round, and the only way out was sideways: under the headset the demo head's glabella
+        nodes slid 30-130 mm over the skull and tets turned inside out."""
+        nodes = self.embedding.nodes[vertices]
+        mobility = self.node_movable[nodes].astype(np.float64)
+        slot = self._sliding_slot[nodes]
+        on_plane = slot >= 0
+        if on_plane.any():
+            sliding = self.sliding
+            rotation = np.stack([np.asarray(pose.skull, dtype=np.float64)[:3, :3],
+                                 np.asarray(pose.jaw, dtype=np.float64)[:3, :3]])
+            index = slot[on_plane]
+            normal = np.einsum("cij,cj->ci", rotation[sliding.bone[index]], sliding.rest_normals[index])
+            along = np.einsum("cd,cd->c", normal, np.broadcast_to(directions[:, None, :], nodes.shape + (3,))[on_plane])
+            mobility[on_plane] = 1.0 - along ** 2
+        return np.einsum("ck,ck->c", self.embedding.weights[vertices], mobility)
+
+    def pushable(self, planes: ContactPlanes, pose: BonePose) -> np.ndarray:
+        """(C,) bool: planes the tissue can be asked to hold (drive along the normal ≥ the minimum)."""
+        if not planes.count:
+            return np.zeros(0, bool)
+        return self.drive_along(planes.vertex, planes.normal, pose) >= self.min_drive
 
     def detect(self, x, pose: BonePose, margin: Optional[float] = None) -> tuple[ContactPlanes, np.ndarray]:
         """(planes on movable vertices of the embedded skin at x, their anchors (C,3)), with the
@@ -452,11 +506,11 @@ class ContactResponse:
         if not planes.count:
             self.last_anchored = (0, 0.0)
             return planes, np.zeros((0, 3))
-        usable = self.vertex_movable[planes.vertex]
+        usable = self.pushable(planes, pose)
         anchored = ~usable & (planes.depth > 0.0)
         self.last_anchored = (int(len(np.unique(planes.vertex[anchored]))), float(planes.depth[anchored].max(initial=0.0)))
         planes = planes.subset(usable)
-        planes, share = self._reaction_planes(planes, skin)
+        planes, share = self._reaction_planes(planes, skin, pose)
         excess = (self.skin_over_bone.compression_limit(planes, pose) if self.skin_over_bone is not None and planes.count
                   else np.zeros(planes.count))
         limited = excess > 0.0
@@ -464,12 +518,13 @@ class ContactResponse:
         planes.depth = np.maximum(planes.depth - excess, 0.0)
         return planes, planes.point - (0.5 * share * planes.depth + excess)[:, None] * planes.normal
 
-    def _reaction_planes(self, planes: ContactPlanes, skin: np.ndarray) -> tuple[ContactPlanes, np.ndarray]:
+    def _reaction_planes(self, planes: ContactPlanes, skin: np.ndarray, pose: BonePose
+                         ) -> tuple[ContactPlanes, np.ndarray]:
         """The planes with reaction planes appended, and each plane's half-way share (C',).
 
         A lip plane (one with a partner triangle on the other lip) of depth d > 0 holds its
         vertex behind the mid-plane: normal n through M = p − ½ d n. Each movable corner j of
-        the partner triangle (weight > 0, drive ≥ MIN_CONTACT_DRIVE) still on the vertex's side
+        the partner triangle (weight > 0, drive along −n ≥ MIN_CONTACT_DRIVE) still on the vertex's side
         of that mid-plane gets a plane on the mid-plane facing the other way (normal −n, depth
         n · (x_j − M)), collider = the lip's + REACTION_COLLIDER_OFFSET, partner = the vertex;
         of several for one corner the deepest is kept. The vertex's share is the partner weight
@@ -490,7 +545,9 @@ class ContactResponse:
         normal = planes.normal[lip]
         middle = planes.point[lip] - 0.5 * planes.depth[lip][:, None] * normal
         corners, weights = planes.partner[lip], planes.partner_weight[lip]
-        movable = self.vertex_movable[corners] & (weights > 0.0)
+        reaction = np.broadcast_to(-normal[:, None, :], corners.shape + (3,)).reshape(-1, 3)
+        movable = (self.drive_along(corners.reshape(-1), reaction, pose).reshape(corners.shape) >= self.min_drive) \
+            & (weights > 0.0)
         share[lip] = (weights * movable).sum(axis=1)
         beyond = np.einsum("ckd,cd->ck", skin[corners] - middle[:, None, :], normal)   # on the vertex's side
         row, corner = np.nonzero(movable & (beyond > 0.0))
