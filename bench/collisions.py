@@ -11,7 +11,7 @@ DEMO_LIP_WEIGHTS — the jaw opening under mouthClose, closing with the lower li
 the lips pressed, pucker with the jaw forward), blended through the fit, solved with and
 without ``CollisionScene(model, teeth=True, lips=True)``.
 
-    .venv/bin/python bench/collisions.py --model MODEL.npz --fit FIT.npz [--frames 7]
+    .venv/bin/python bench/collisions.py --model MODEL.npz --fit FIT.npz [--frames 7] [--inbetweens 3]
 
 Prints tet and skin-vertex counts, ms per frame without and with collisions, contacts, rounds,
 and the overhead of collisions in percent (total frame time with / without − 1).
@@ -67,10 +67,13 @@ def run(model, frame_inputs, settings, collisions):
     return results
 
 
-def lip_contact_frames(model, fit, frames):
+def lip_contact_frames(model, fit, frames, inbetweens=0):
     """[(tet activations, jaw)] of the scenario animation's first `frames` frames, blended
     through the fit (blend refuses weights whose activations are not positive definite), and
-    the shape keys used."""
+    the shape keys used. With `inbetweens` > 0 that many linearly interpolated frames go
+    between consecutive scenario frames: the scenario jumps between key poses from one frame
+    to the next (the pressed lips to the pucker in one step), an artist's curves at 24 fps
+    take several frames for such a change."""
     from collision_scenarios import DEMO_LIP_WEIGHTS, ICT_LIP_WEIGHTS, weight_matrix
     names = [str(n) for n in fit["shape_key_names"]]
     schedule = ICT_LIP_WEIGHTS if "mouthPress_L" in names else DEMO_LIP_WEIGHTS
@@ -78,6 +81,10 @@ def lip_contact_frames(model, fit, frames):
     if not used:
         raise SystemExit(f"the fit has none of the lip-contact shape keys {', '.join(schedule)}")
     weights = weights[:frames]
+    if inbetweens > 0 and len(weights) > 1:
+        steps = np.arange(len(weights) - 1)[:, None] + np.arange(inbetweens + 1)[None, :] / (inbetweens + 1)
+        times = np.append(steps.reshape(-1), len(weights) - 1)
+        weights = np.column_stack([np.interp(times, np.arange(len(weights)), column) for column in weights.T])
     blended = blend(fit, weights, 24.0, np.tile(np.eye(4), (len(weights), 1, 1)), detail=False).activations
     return [(blended.tet_activations(model, frame), blended.jaw[frame]) for frame in range(len(weights))], used
 
@@ -103,6 +110,8 @@ def main():
     parser.add_argument("--contact-solver", choices=("newton", "ipopt"), default="newton")
     parser.add_argument("--model", type=Path, help="MODEL.npz for the lip-contact case (with --fit)")
     parser.add_argument("--fit", type=Path, help="FIT.npz of that model")
+    parser.add_argument("--inbetweens", type=int, default=0,
+                        help="the lip case: interpolated frames between consecutive scenario frames")
     args = parser.parse_args()
     settings = SimulationSettings(contact_solver=args.contact_solver)
     if args.model or args.fit:
@@ -117,7 +126,7 @@ def main():
         except Exception as error:      # the scene module may still be in progress
             raise SystemExit(f"CollisionScene(model, teeth=True, lips=True) is not usable yet: "
                              f"{type(error).__name__}: {error}")
-        inputs, keys = lip_contact_frames(model, fit, args.frames)
+        inputs, keys = lip_contact_frames(model, fit, args.frames, args.inbetweens)
         print(f"{args.model.name}: {len(model['tets'])} tets, {len(model['skin_vertices'])} skin vertices; "
               f"scene {scene.names} built in {time.perf_counter() - started:.1f} s; ramping {', '.join(keys)}")
         report(run(model, inputs, settings, None), run(model, inputs, settings, scene))

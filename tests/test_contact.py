@@ -214,7 +214,8 @@ def test_a_push_straight_at_the_bone_is_not_asked_of_a_vertex_on_sliding_nodes()
     push within its bone plane (1 − (n·b)²), turned with its bone. A vertex over thin tissue,
     carried by nodes that slide on the skull, cannot be pushed straight at the skull (such a
     push slid the demo head's glabella nodes 30-130 mm under the headset): its plane is left
-    out and the vertex reported anchored; pushed along the bone it is held as before."""
+    out and the vertex reported anchored; pushed along the bone or away from it, it is held as
+    before."""
     # One tet: nodes 0-2 slide on the skull (bone normal +z), node 3 is free; the vertex sits
     # with weight 0.8 on the sliding nodes.
     nodes = np.array([[0.0, 0.0, 0.0], [1e-3, 0.0, 0.0], [0.0, 1e-3, 0.0], [0.0, 0.0, 1e-3]])
@@ -231,9 +232,11 @@ def test_a_push_straight_at_the_bone_is_not_asked_of_a_vertex_on_sliding_nodes()
         return ContactResponse(_FixedPlanes(found), embedding, np.ones(4), np.ones(4, bool), margin=0.0,
                                sliding=sliding)
 
-    straight, sideways = planes([0.0, 0.0, -1.0]), planes([1.0, 0.0, 0.0])
+    straight, sideways, away = planes([0.0, 0.0, -1.0]), planes([1.0, 0.0, 0.0]), planes([0.0, 0.0, 1.0])
     assert response(straight).drive_along(np.array([0]), straight.normal, rest) == pytest.approx(0.2)
     assert response(sideways).drive_along(np.array([0]), sideways.normal, rest) == pytest.approx(1.0)
+    # Pulled away from the bone the tissue stretches off it through its free nodes: not held back.
+    assert response(away).drive_along(np.array([0]), away.normal, rest) == pytest.approx(1.0)
     held, _ = response(straight).detect(nodes.reshape(-1), rest)
     assert held.count == 0
     held, _ = response(sideways).detect(nodes.reshape(-1), rest)
@@ -242,7 +245,7 @@ def test_a_push_straight_at_the_bone_is_not_asked_of_a_vertex_on_sliding_nodes()
     turned = np.eye(4)
     turned[:3, :3] = [[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 0.0]]
     pose = BonePose(turned, np.eye(4), 0)
-    assert response(sideways).drive_along(np.array([0]), sideways.normal, pose) == pytest.approx(0.2)
+    assert response(sideways).drive_along(np.array([0]), -sideways.normal, pose) == pytest.approx(0.2)
     assert response(straight).drive_along(np.array([0]), straight.normal, pose) == pytest.approx(1.0)
 
 
