@@ -249,6 +249,45 @@ def test_a_push_straight_at_the_bone_is_not_asked_of_a_vertex_on_sliding_nodes()
     assert response(straight).drive_along(np.array([0]), straight.normal, pose) == pytest.approx(1.0)
 
 
+class _WedgedLipVertex:
+    """Skin vertex 3 (a lower-lip vertex) against the upper teeth (inside where y < 0) and the
+    upper lip (the triangle of vertices 0-2: inside above the mean height of its corners)."""
+
+    def detect(self, skin, pose, margin=0.0):
+        found = []
+        if skin[3, 1] < 0.0:
+            found.append(([skin[3, 0], 0.0, skin[3, 2]], [0.0, 1.0, 0.0], -skin[3, 1], 0, [-1, -1, -1], [0.0] * 3))
+        lip_height = skin[:3, 1].mean()
+        if skin[3, 1] > lip_height:
+            found.append(([skin[3, 0], lip_height, skin[3, 2]], [0.0, -1.0, 0.0], skin[3, 1] - lip_height, 1,
+                          [0, 1, 2], [1 / 3] * 3))
+        if not found:
+            return ContactPlanes.empty()
+        point, normal, depth, collider, partner, weight = (np.array(column) for column in zip(*found))
+        return ContactPlanes(vertex=np.full(len(found), 3), point=point, normal=normal, depth=depth,
+                             collider=collider, partner=partner, partner_weight=weight)
+
+    def measure(self, skin, pose):
+        return 0.0, 0
+
+
+def test_the_display_projection_moves_the_other_lip_away_from_a_vertex_the_teeth_hold():
+    """A lower-lip vertex 0.3 mm inside the upper teeth, with the upper lip dipping 0.1 mm below
+    the teeth's surface: moved out of the teeth it lies inside the upper lip, and moved out of
+    the lip it would be back in the teeth (on ICT such a vertex went back and forth for all 16
+    passes and stayed 0.34 mm deep). The teeth hold it; the upper lip's triangle moves up
+    instead."""
+    skin = np.array([[0.0, -0.1e-3, 0.0], [2e-3, -0.1e-3, 0.0], [0.0, -0.1e-3, 2e-3], [0.5e-3, -0.3e-3, 0.5e-3]])
+    embedding = SkinEmbedding(vertex_tet=np.zeros(4, np.int64), nodes=np.array([[v, 0, 0, 0] for v in range(4)]),
+                              weights=np.tile([1.0, 0.0, 0.0, 0.0], (4, 1)), node_count=4)
+    response = ContactResponse(_WedgedLipVertex(), embedding, np.ones(4), np.ones(4, bool), margin=0.0)
+    correction = response.project_displayed(skin.reshape(-1), BonePose(np.eye(4), np.eye(4), 0))
+    assert np.allclose(correction[3], [0.0, 0.3e-3, 0.0])
+    assert np.allclose(correction[:3], [0.0, 0.1e-3, 0.0])
+    planes = _WedgedLipVertex().detect(skin + correction, None)
+    assert planes.depth.max(initial=0.0) <= response.tolerance
+
+
 # ----------------------------------------------------------------------------- the demo cheek
 
 def vertex_normals(positions, triangles):
