@@ -533,6 +533,11 @@ def test_the_mouth_floor_slides_on_the_neck_and_the_chin_is_pinned(model, rig_na
     if rig_name == "ict":
         skull_slides = model["slide_nodes"][model["slide_bone"] == SKULL]
         assert below_floor_line(positions[skull_slides], 0.006).sum() > 20, "the mouth floor does not slide on the neck"
+    # The bone surface there is labelled with the bone its nodes slide on.
+    triangles = model["bone_surface_vertices"][model["bone_surface_triangles"]]
+    jaw_faces = triangles[model["bone_surface_label"] == JAW]
+    under_faces = below_floor_line(jaw_faces.reshape(-1, 3), 0.010).reshape(-1, 3).all(axis=1)
+    assert not under_faces.any(), f"{int(under_faces.sum())} bone faces under the mouth floor are labelled jaw"
     jaw_pins = model["pin_nodes"][model["pin_bone"] == JAW]
     near_chin = np.linalg.norm(positions[jaw_pins] - _landmark(model, "chin"), axis=1) < 0.025 * scale
     assert near_chin.sum() >= 3, "the chin is not pinned to the jaw"

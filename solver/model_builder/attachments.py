@@ -75,6 +75,19 @@ def pin_where_no_tangent_plane(kind, bone_normal):
     return np.where(np.any(bone_normal != 0.0, axis=1), kind, PIN).astype(kind.dtype)
 
 
+def bone_faces_follow_their_nodes(faces, face_label, attached, node_bone):
+    """(F,) the bone label of each bone face (F,3), changed to the bone its three nodes are
+    attached to where they all agree on another one: under the mouth floor the estimated jaw's
+    faces carry nodes that slide on the skull, and the model's ``bone_surface_label`` (which
+    moves the bone surface in pictures and gives the contact compression limit its bone) must
+    say skull there too."""
+    bone_of = np.full(int(max(faces.max(initial=-1), attached.max(initial=-1))) + 1, -1, dtype=np.int64)
+    bone_of[attached] = node_bone
+    corners = bone_of[faces]
+    agreed = (corners[:, 0] >= 0) & (corners[:, 0] == corners[:, 1]) & (corners[:, 0] == corners[:, 2])
+    return np.where(agreed, corners[:, 0], face_label).astype(np.asarray(face_label).dtype)
+
+
 def split_pin_slide(positions, bone_label, landmarks, condyles):
     """(kind, bone) per attached node: PIN or SLIDE, and the bone it is attached to — the
     tissue's bone label, except under the mouth floor (skull) — by the documented regions."""

@@ -12,7 +12,8 @@ from .. import __version__
 from ..geometry import vertex_normals
 from ..model_file import FORMAT_VERSION
 from ..rig import FaceRig, rig_triangles, triangulate, validate_rig
-from .attachments import PIN, SLIDE, bone_surface_nodes, pin_where_no_tangent_plane, split_pin_slide
+from .attachments import (PIN, SLIDE, bone_faces_follow_their_nodes, bone_surface_nodes, pin_where_no_tangent_plane,
+                          split_pin_slide)
 from .directions import contraction_frames
 from .embedding import embed_points
 from .errors import ModelBuildError
@@ -250,6 +251,8 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
     node_bone = tissue.world(nodes[attached]).bone_label
     kind, node_bone = split_pin_slide(nodes[attached], node_bone, landmarks, jaw.condyles)
     kind = pin_where_no_tangent_plane(kind, bone_normal)
+    face_bone_label[face_is_bone] = bone_faces_follow_their_nodes(faces[face_is_bone], face_bone_label[face_is_bone],
+                                                                  attached, node_bone)
     clock.lap("attachments", f"{int((kind == PIN).sum())} pinned, {int((kind == SLIDE).sum())} sliding nodes")
 
     muscles = _place_muscles(rig, triangles, prepared)
