@@ -226,10 +226,11 @@ def _max_norm(vector: np.ndarray) -> float:
 
 def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_solver, x0: np.ndarray, *,
                     tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
-                    force_scale: float | None = None) -> NewtonResult:
+                    force_scale: float | None = None, max_forcing: float = MAX_FORCING) -> NewtonResult:
     """Minimise the objective over q in the constraints' current frame, starting from x0
     projected onto the constraints. ``linear_solver`` is a CholmodLinearSolver (production)
-    or SpsolveLinearSolver (baseline)."""
+    or SpsolveLinearSolver (baseline). `max_forcing`: the loosest relative accuracy of a step
+    (0: every step solved exactly, by a fresh factorisation)."""
     start_time = time.perf_counter()
     factorisations_before = getattr(linear_solver, "factorisations", 0)
     krylov_before = getattr(linear_solver, "krylov_iterations", 0)
@@ -262,7 +263,7 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
                                  f"> {threshold:.3g}")
         reduced_hessian = constraints.reduce_hessian(objective.hessian(x))
         try:
-            forcing = min(MAX_FORCING, residual / scale) if scale > 0.0 else 0.0
+            forcing = min(max_forcing, residual / scale) if scale > 0.0 else 0.0
             direction, shift = linear_solver.solve(reduced_hessian, -reduced_gradient, forcing)
         except HessianNotPositiveDefinite as error:
             return finish(False, str(error))
@@ -316,13 +317,14 @@ class NewtonSolver:
         return self._linear_solver.symbolic_analyses
 
     def solve(self, x0: np.ndarray, skull_transform: np.ndarray | None = None,
-              jaw_transform: np.ndarray | None = None, force_scale: float | None = None) -> NewtonResult:
+              jaw_transform: np.ndarray | None = None, force_scale: float | None = None,
+              max_forcing: float = MAX_FORCING) -> NewtonResult:
         """Solve one frame, warm-started from x0 ((3N,) or (N, 3)): with the bone transforms
         given the constraints move to that frame first, otherwise their current frame is used."""
         self.constraints.use_frame(skull_transform, jaw_transform)
         return newton_minimise(self.objective, self.constraints, self._linear_solver, x0,
                                tolerance=self.tolerance, max_iterations=self.max_iterations,
-                               force_scale=force_scale)
+                               force_scale=force_scale, max_forcing=max_forcing)
 
 
 def solve_reference_spsolve(objective: Objective, constraints: BoneConstraints, x0: np.ndarray,
