@@ -173,11 +173,10 @@ class SlidingNodes:
     rest_normals: np.ndarray
 
     @staticmethod
-    def from_model(model: dict) -> "SlidingNodes":
-        normals = np.asarray(model["slide_normals"], dtype=np.float64).reshape(-1, 3)
-        return SlidingNodes(nodes=np.asarray(model["slide_nodes"], dtype=np.int64),
-                            bone=np.asarray(model["slide_bone"], dtype=np.int64),
-                            rest_normals=normals / np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-300))
+    def from_constraints(constraints) -> "SlidingNodes":
+        """The sliding nodes of a ``BoneConstraints`` (which checked and normalised them)."""
+        return SlidingNodes(nodes=constraints.slide_nodes, bone=constraints.slide_bone,
+                            rest_normals=constraints.slide_rest_normals)
 
 
 @dataclass(frozen=True)
@@ -394,6 +393,13 @@ def _pushed_partner_share(planes: ContactPlanes) -> np.ndarray:
     return (planes.partner_weight * partner_pushed).sum(axis=1)
 
 
+def _deepest_per_key(keys: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Indices of the deepest row of each distinct key (the first of equally deep rows), in
+    increasing key order."""
+    order = np.lexsort((-depth, keys))
+    return order[np.r_[True, keys[order][1:] != keys[order][:-1]]] if len(order) else order
+
+
 def _move_partners_away(correction: np.ndarray, planes: ContactPlanes) -> None:
     """Move the corners (weight > 0) of each lip plane's partner triangle by the plane's depth
     along −n, away from its vertex, so that triangle clears the vertex; a corner several planes
@@ -401,8 +407,7 @@ def _move_partners_away(correction: np.ndarray, planes: ContactPlanes) -> None:
     rows = np.repeat(np.arange(planes.count), 3)
     corners, weights = planes.partner.reshape(-1), planes.partner_weight.reshape(-1)
     rows, corners = rows[(corners >= 0) & (weights > 0.0)], corners[(corners >= 0) & (weights > 0.0)]
-    order = np.lexsort((-planes.depth[rows], corners))
-    first = order[np.r_[True, corners[order][1:] != corners[order][:-1]]]
+    first = _deepest_per_key(corners, planes.depth[rows])
     correction[corners[first]] -= planes.depth[rows[first]][:, None] * planes.normal[rows[first]]
 
 
@@ -572,10 +577,7 @@ class ContactResponse:
             return planes, share
         vertex, depth = corners[row, corner], beyond[row, corner]
         collider = planes.collider[lip][row] + REACTION_COLLIDER_OFFSET
-        # The deepest plane per (corner vertex, collider).
-        order = np.lexsort((-depth, collider, vertex))
-        keys = vertex[order].astype(np.int64) * _KEY_STRIDE + collider[order]
-        first = order[np.r_[True, keys[1:] != keys[:-1]]]
+        first = _deepest_per_key(vertex.astype(np.int64) * _KEY_STRIDE + collider, depth)   # per (corner, collider)
         pushing = planes.vertex[lip][row[first]]
         reactions = ContactPlanes(vertex=vertex[first], point=middle[row[first]], normal=-normal[row[first]],
                                   depth=depth[first], collider=collider[first],
@@ -674,9 +676,7 @@ class ContactResponse:
             if yields.any():
                 _move_partners_away(correction, planes.subset(yields))
                 planes, share, on_lip = planes.subset(~yields), share[~yields], on_lip[~yields]
-            order = np.argsort(-planes.depth, kind="stable")
-            _, first = np.unique(planes.vertex[order], return_index=True)
-            chosen = order[first]
+            chosen = _deepest_per_key(planes.vertex, planes.depth)
             move = planes.depth[chosen] * (1.0 - 0.5 * share[chosen])
             correction[planes.vertex[chosen]] += move[:, None] * planes.normal[chosen]
             held_by_rigid[planes.vertex[chosen[~on_lip[chosen]]]] = True

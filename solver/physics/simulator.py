@@ -216,7 +216,7 @@ class FaceSimulator:
                 self.constraints.dofs_per_node > 0, tolerance=s.contact_tolerance,
                 max_rounds=s.max_contact_rounds, stiffness_factor=s.contact_stiffness_factor,
                 hessian_layout=self.elasticity, margin=s.contact_margin,
-                skin_over_bone=SkinOverBone.from_model(model), sliding=SlidingNodes.from_model(model))
+                skin_over_bone=SkinOverBone.from_model(model), sliding=SlidingNodes.from_constraints(self.constraints))
 
     def _node_stiffness(self) -> np.ndarray:
         """(N,) each node's local stiffness (N/m): the mean diagonal of its 3×3 block of the
