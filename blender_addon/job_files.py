@@ -26,6 +26,7 @@ RESULT_FILE = "result.npz"
 FIT_FILE = "fit.npz"
 PREVIOUS_FIT_FILE = "previous_fit.npz"
 WEIGHTS_FILE = "weights.npz"
+LIP_VERTICES_FILE = "lip_vertices.npz"
 COLLIDER_PREFIX = "collider"
 
 
@@ -104,12 +105,15 @@ def collider_file_name(index: int, object_name: str) -> str:
 def write_animate_job(job_dir, model_path, activations: Optional[Dict[str, np.ndarray]],
                       maps: Optional[Dict[str, np.ndarray]], settings: dict, fit_path=None,
                       weights: Optional[Dict[str, np.ndarray]] = None,
-                      colliders: Sequence[Tuple[str, Dict[str, np.ndarray]]] = ()) -> Path:
+                      colliders: Sequence[Tuple[str, Dict[str, np.ndarray]]] = (),
+                      lip_vertices: Optional[Dict[str, np.ndarray]] = None) -> Path:
     """An animate job. `activations` holds the ACTIVATIONS.npz keys (muscle_contraction,
     muscle_names, jaw, head_transforms, fps), or None; `fit_path` and `weights` (WEIGHTS.npz:
     names, weights, fps, head_transforms) play shape-key values through a fit, with
     `activations` (contractions only) added on top; `maps` the MAPS.npz keys or None;
-    `colliders` (object name, MESH.npz arrays) pairs."""
+    `colliders` (object name, MESH.npz arrays) pairs — `vertices` (V, 3) with a rigid transform
+    per frame, or (T, V, 3) for a deforming one; `lip_vertices` the painted lips (`upper`,
+    `lower` skin-vertex indices), or None for the solver's automatic lips."""
     job_dir = Path(job_dir)
     place_model(job_dir, model_path)
     inputs = {"model": MODEL_FILE}
@@ -129,6 +133,9 @@ def write_animate_job(job_dir, model_path, activations: Optional[Dict[str, np.nd
             names.append(collider_file_name(index, object_name))
             _write_npz(job_dir / names[-1], arrays)
         inputs["colliders"] = names
+    if lip_vertices is not None:
+        _write_npz(job_dir / LIP_VERTICES_FILE, lip_vertices)
+        inputs["lip_vertices"] = LIP_VERTICES_FILE
     return _write_job(job_dir, "animate", inputs, {"result": RESULT_FILE}, dict(settings))
 
 

@@ -12,7 +12,7 @@ import bpy
 import numpy as np
 from bpy.props import EnumProperty, StringProperty
 
-from . import bake, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment
+from . import bake, fat_preview, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment
 from .job_runner import Job, current_job
 from .preflight import ERROR, Finding
 
@@ -236,13 +236,23 @@ def _fit_preflight(context, obj) -> List[Finding]:
     return preflight.check_topology(scene_export.topology_signature(obj), settings.model_topology)
 
 
+def _has_model_file(obj) -> bool:
+    return bool(obj.face_physics.model_path) and os.path.isfile(model_file(obj))
+
+
+def _model_preflight(context, obj) -> List[Finding]:
+    """The model exists and still belongs to this mesh at this scale (what every simulation needs)."""
+    if not _has_model_file(obj):
+        return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
+    return (preflight.check_topology(scene_export.topology_signature(obj), obj.face_physics.model_topology)
+            + scene_export.metres_per_unit(context, obj)[1])
+
+
 def bake_preflight(context, obj) -> List[Finding]:
     settings = obj.face_physics
-    findings = []
-    if not settings.model_path or not os.path.isfile(model_file(obj)):
-        return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
-    findings += preflight.check_topology(scene_export.topology_signature(obj), settings.model_topology)
-    findings += scene_export.metres_per_unit(context, obj)[1]
+    findings = _model_preflight(context, obj)
+    if not _has_model_file(obj):
+        return findings
     if settings.bake_target == 'PC2':
         findings += scene_export.cache_preflight(obj)
     first, last = scene_export.frame_range(context, settings)
@@ -258,10 +268,10 @@ def bake_preflight(context, obj) -> List[Finding]:
     return findings
 
 
-def start_bake_job(operator, context, obj):
-    """Export the animation and start the animate job (shared with the farm bake). With a fit,
-    the shape keys' values drive the face (and moving muscle sliders add on top); without one,
-    the muscle contractions."""
+def write_bake_job(operator, context, obj):
+    """Export the animation into a new animate job folder and return it, or None when a
+    finding stops the bake (reported on `operator`). With a fit, the shape keys' values drive
+    the face (and moving muscle sliders add on top); without one, the muscle contractions."""
     bake.cache_path(obj)
     if _report_findings(operator, bake_preflight(context, obj)):
         return None
@@ -284,15 +294,41 @@ def start_bake_job(operator, context, obj):
                                                        f"{' …' if len(moving) > 4 else ''}) do not drive the bake; "
                                                        f"press Fit All in the Fit panel"))
     colliders, collider_findings = scene_export.collider_arrays(obj, samples, metres)
-    if _report_findings(operator, findings + collider_findings):
+    simulation = scene_export.simulation_settings(context, obj, with_fit=use_fit)
+    lips, lip_findings = (scene_export.lip_vertex_arrays(obj) if simulation["collisions"] else (None, []))
+    if _report_findings(operator, findings + collider_findings + lip_findings):
         return None
     job_dir = job_files.new_job_folder()
-    job_files.write_animate_job(job_dir, model_file(obj), activations, scene_export.export_maps(obj),
-                                scene_export.simulation_settings(context, obj, with_fit=use_fit),
+    job_files.write_animate_job(job_dir, model_file(obj), activations, scene_export.export_maps(obj), simulation,
                                 fit_path=fit_file(obj) if use_fit else None, weights=weights,
-                                colliders=colliders)
+                                colliders=colliders, lip_vertices=lips)
+    return job_dir
+
+
+def start_bake_job(operator, context, obj):
+    """Write the bake's job folder (`write_bake_job`) and start the solver on it (shared with
+    the farm bake); None when a finding stopped it."""
+    job_dir = write_bake_job(operator, context, obj)
+    if job_dir is None:
+        return None
+    first, last = scene_export.frame_range(context, obj.face_physics)
     return Job(f"bake {last - first + 1} frames",
                solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+
+
+def start_fat_preview_job(operator, context, obj):
+    """Start one quasi-static frame of the neutral face with the painted maps and the Fat panel's
+    settings (no animation, collisions, gravity or wind); the operator shows it on the preview
+    object once the solver succeeded."""
+    if _report_findings(operator, _model_preflight(context, obj)):
+        return None
+    muscles = [muscle.name for muscle in obj.face_physics.muscles]
+    neutral = {"muscle_contraction": np.ones((1, len(muscles))), "muscle_names": np.array(muscles, dtype=str),
+               "jaw": np.zeros((1, 5))}
+    job_dir = job_files.new_job_folder()
+    job_files.write_animate_job(job_dir, model_file(obj), neutral, scene_export.export_maps(obj),
+                                scene_export.fat_settings(obj))
+    return Job("fat preview", solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
 
 
 class FACE_PHYSICS_OT_bake(_SolverJobOperator, bpy.types.Operator):
@@ -317,6 +353,55 @@ class FACE_PHYSICS_OT_bake(_SolverJobOperator, bpy.types.Operator):
         settings = obj.face_physics
         bake.apply_bake(obj, settings.bake_target, positions, self._first, settings.metres_per_unit)
         self.report({'INFO'}, f"Face Physics: baked {len(positions)} frames ({job.result.get('message', '')})")
+
+
+class FACE_PHYSICS_OT_fat_preview(_SolverJobOperator, bpy.types.Operator):
+    """Simulate the neutral face once with the fat map, Slim ↔ Fat, stiffness reduction and
+    diffusion, and show it beside the skin (replaces the previous preview; the skin is not changed)"""
+    bl_idname = "face_physics.fat_preview"
+    bl_label = "Preview Fat"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        if not _built_model_poll(cls, context):
+            return False
+        obj = skin_object(context)
+        group = obj.face_physics.fat_group
+        if not group or obj.vertex_groups.get(group) is None:
+            cls.poll_message_set("Choose or paint a fat map first (Fat map, +)")
+            return False
+        return True
+
+    def start(self, context):
+        obj = skin_object(context)
+        self._object_name = obj.name
+        return start_fat_preview_job(self, context, obj)
+
+    def apply(self, context, job):
+        obj = bpy.data.objects[self._object_name]
+        positions = job_files.read_result_positions(job.job_dir)[0]
+        preview = fat_preview.show_preview(obj, positions / obj.face_physics.metres_per_unit)
+        self.report({'INFO'}, f"Face Physics: fat preview in '{preview.name}'")
+
+
+class FACE_PHYSICS_OT_fat_preview_remove(bpy.types.Operator):
+    """Delete the fat preview object (the skin is not changed)"""
+    bl_idname = "face_physics.fat_preview_remove"
+    bl_label = "Remove Fat Preview"
+    bl_options = {'REGISTER', 'UNDO'}
+
+    @classmethod
+    def poll(cls, context):
+        obj = skin_object(context)
+        if obj is None or fat_preview.find_preview(obj) is None:
+            cls.poll_message_set("No fat preview to remove")
+            return False
+        return True
+
+    def execute(self, context):
+        fat_preview.remove_preview(skin_object(context))
+        return {'FINISHED'}
 
 
 class FACE_PHYSICS_OT_cancel_job(bpy.types.Operator):
@@ -654,7 +739,8 @@ class FACE_PHYSICS_OT_import_rig(bpy.types.Operator):
         return {'FINISHED'}
 
 
-CLASSES = (FACE_PHYSICS_OT_build, FACE_PHYSICS_OT_bake, FACE_PHYSICS_OT_cancel_job, FACE_PHYSICS_OT_install_solver,
+CLASSES = (FACE_PHYSICS_OT_build, FACE_PHYSICS_OT_bake, FACE_PHYSICS_OT_fat_preview, FACE_PHYSICS_OT_fat_preview_remove,
+           FACE_PHYSICS_OT_cancel_job, FACE_PHYSICS_OT_install_solver,
            FACE_PHYSICS_OT_fit, FACE_PHYSICS_OT_fit_list, FACE_PHYSICS_OT_palsy_preset, FACE_PHYSICS_OT_zombie_preset,
            FACE_PHYSICS_OT_paint_map, FACE_PHYSICS_OT_check, FACE_PHYSICS_OT_map_shape_key_names,
            FACE_PHYSICS_OT_collider_add, FACE_PHYSICS_OT_muscle_overlay, FACE_PHYSICS_OT_import_rig)

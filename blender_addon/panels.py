@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import bpy
 
-from . import muscle_overlay, preferences, solver_environment
+from . import fat_preview, muscle_overlay, preferences, solver_environment
 from .job_runner import current_job
 
 CATEGORY = "Face Physics"
@@ -234,11 +234,19 @@ class VIEW3D_PT_face_physics_fat(_FacePhysicsPanel, bpy.types.Panel):
         layout = self.layout
         obj = context.active_object
         settings = obj.face_physics
+        draw_job_status(layout, context)
         _map_row(layout, obj, "fat_group", 'fat_group')
         layout.prop(settings, "fat_scale", slider=True)
+        layout.prop(settings, "fat_softening", slider=True)
         column = layout.column(align=True)
         column.prop(settings, "diffusion_steps")
         column.prop(settings, "diffusion_time_step")
+        row = layout.row(align=True)
+        row.operator("face_physics.fat_preview", icon='SHADING_RENDERED')
+        preview = fat_preview.find_preview(obj)
+        if preview is not None:
+            row.prop(preview, "hide_viewport", text="", icon_only=True)
+            row.operator("face_physics.fat_preview_remove", text="", icon='X')
 
 
 class VIEW3D_PT_face_physics_stiffness(_FacePhysicsPanel, bpy.types.Panel):

@@ -8,6 +8,7 @@ from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProp
 # The solver's defaults (solver/physics/maps.py); repeated here because the add-on cannot import it.
 DEFAULT_DIFFUSION_STEPS = 10
 DEFAULT_DIFFUSION_TIME_STEP_M2 = 3e-6
+DEFAULT_FAT_SOFTENING = 1.0
 
 
 def _is_mesh(self, obj):
@@ -32,8 +33,8 @@ class FACE_PHYSICS_PG_name_mapping(bpy.types.PropertyGroup):
 class FACE_PHYSICS_PG_collider(bpy.types.PropertyGroup):
     collider: PointerProperty(name="Collider", type=bpy.types.Object, poll=_is_mesh,
                               description="A closed mesh the skin may not enter (a hand, a headset, a pillow). "
-                                          "Its evaluated shape at the first baked frame moves rigidly with the "
-                                          "object's transform; bones and shape keys inside it are not followed")
+                                          "Its evaluated shape (modifiers, bones, shape keys) is followed frame by "
+                                          "frame; it must keep the same vertices and faces over the baked range")
 
 
 class FACE_PHYSICS_PG_fit_shape(bpy.types.PropertyGroup):
@@ -89,9 +90,19 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     fat_group: StringProperty(name="Fat map", description="Vertex group: where fat grows (1) or stays (0)")
     fat_scale: FloatProperty(name="Slim ↔ Fat", default=1.0, min=0.5, max=1.5,
                              description="Local growth where the fat map is 1 (1 = unchanged)")
-    diffusion_steps: IntProperty(name="Diffusion steps", default=DEFAULT_DIFFUSION_STEPS, min=0, max=1000)
+    fat_softening: FloatProperty(
+        name="Stiffness reduction", default=DEFAULT_FAT_SOFTENING, min=0.0, max=1.0, subtype='FACTOR',
+        description="How much grown fat softens the tissue: 1 = Phace's levels (stiffness ×0.8, ×0.5, ×0.3 at "
+                    "10, 20, 30 % growth), 0 = fat grows but stays as stiff as the tissue was. Slimming never "
+                    "softens")
+    diffusion_steps: IntProperty(name="Diffusion steps", default=DEFAULT_DIFFUSION_STEPS, min=0, max=1000,
+                                 description="How many diffusion steps carry the painted maps from the skin into "
+                                             "the tissue under it (0 = only the tets the skin lies in)")
     diffusion_time_step: FloatProperty(name="Time step (m²)", default=DEFAULT_DIFFUSION_TIME_STEP_M2, min=1e-9,
-                                       max=1e-3, precision=7)
+                                       max=1e-3, precision=7,
+                                       description="Diffusion time of each step, a squared length: steps × time "
+                                                   "step = t spreads a painted point by about √(2t) (the defaults: "
+                                                   "7.7 mm)")
     # Stiffness & mass
     stiffness_group: StringProperty(name="Stiffness map")
     stiffness_range: FloatVectorProperty(name="Stiffness ×", size=2, default=(1.0, 1.0), min=0.01, max=100.0,

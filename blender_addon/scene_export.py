@@ -185,6 +185,35 @@ def export_maps(obj) -> Optional[Dict[str, np.ndarray]]:
     return maps or None
 
 
+UPPER_LIP_GROUP, LOWER_LIP_GROUP = "FP_lip_upper", "FP_lip_lower"
+# A vertex is on a painted lip above this weight (the solver's lips.lip_vertices_from_groups).
+LIP_WEIGHT_THRESHOLD = 0.5
+
+
+def lip_vertex_arrays(obj) -> Tuple[Optional[Dict[str, np.ndarray]], List[Finding]]:
+    """The painted lips for the solver (`upper`, `lower` skin-vertex indices, weight above 0.5)
+    from the vertex groups FP_lip_upper and FP_lip_lower, or None when the skin has neither;
+    findings when only one exists or one is empty."""
+    groups = {name: vertex_group_weights(obj, name) for name in (UPPER_LIP_GROUP, LOWER_LIP_GROUP)}
+    present = [name for name, weights in groups.items() if weights is not None]
+    if not present:
+        return None, []
+    if len(present) == 1:
+        missing = LOWER_LIP_GROUP if present[0] == UPPER_LIP_GROUP else UPPER_LIP_GROUP
+        return None, [Finding(preflight.WARNING, f"'{obj.name}' has the vertex group {present[0]} but not {missing}; "
+                                                 f"the lips are found automatically (paint both to choose them)")]
+    arrays = {key: np.flatnonzero(groups[name] > LIP_WEIGHT_THRESHOLD).astype(np.int64)
+              for key, name in (("upper", UPPER_LIP_GROUP), ("lower", LOWER_LIP_GROUP))}
+    findings = [Finding(ERROR, f"the vertex group {name} has no vertex with a weight above {LIP_WEIGHT_THRESHOLD}; "
+                               f"paint the lip into it, or delete the group to find the lips automatically")
+                for key, name in (("upper", UPPER_LIP_GROUP), ("lower", LOWER_LIP_GROUP)) if not len(arrays[key])]
+    both = np.intersect1d(arrays["upper"], arrays["lower"])
+    if len(both):
+        findings.append(Finding(ERROR, f"{len(both)} vertices are in both {UPPER_LIP_GROUP} and {LOWER_LIP_GROUP} "
+                                       f"(weight above {LIP_WEIGHT_THRESHOLD}); a vertex belongs to one lip"))
+    return arrays, findings
+
+
 def frame_range(context, settings) -> Tuple[int, int]:
     if settings.use_scene_range:
         return context.scene.frame_start, context.scene.frame_end
@@ -214,7 +243,12 @@ class FrameSamples:
     skin_worlds: np.ndarray                    # (T, 4, 4)
     head_worlds: np.ndarray                    # (T, 4, 4)
     collider_worlds: List[np.ndarray]          # per collider (T, 4, 4)
-    collider_meshes: List[Tuple[np.ndarray, np.ndarray]]   # per collider: local vertices, triangles at `first`
+    # Per collider: local vertices (T, V, 3) of its evaluated mesh on every frame, and the
+    # triangles of the first frame. When the mesh changes its vertices or faces on some frame
+    # (a Remesh modifier, a boolean), `collider_topology_changes` holds that frame and the
+    # vertices stop at the frame before it; else None.
+    collider_meshes: List[Tuple[np.ndarray, np.ndarray]]
+    collider_topology_changes: List[Optional[int]]
     fps: float
 
     @property
@@ -246,7 +280,9 @@ def sample_frames(context, obj, first: int, last: int) -> FrameSamples:
     contractions, skin_worlds, head_worlds = [], [], []
     values = {block.name: [] for block in blocks}
     collider_worlds = [[] for _ in colliders]
-    collider_meshes = []
+    collider_shapes = [[] for _ in colliders]
+    collider_triangles: List[Optional[np.ndarray]] = [None for _ in colliders]
+    topology_changes: List[Optional[int]] = [None for _ in colliders]
     try:
         for frame in range(first, last + 1):
             scene.frame_set(frame)
@@ -258,17 +294,27 @@ def sample_frames(context, obj, first: int, last: int) -> FrameSamples:
             _append_key_values(obj, blocks, depsgraph, values)
             for index, collider in enumerate(colliders):
                 collider_worlds[index].append(np.array(collider.matrix_world, dtype=np.float64))
-                if frame == first:
-                    collider_meshes.append(_evaluated_triangle_mesh(collider, depsgraph))
+                if topology_changes[index] is not None:
+                    continue
+                local, triangles = _evaluated_triangle_mesh(collider, depsgraph)
+                if collider_triangles[index] is None:
+                    collider_triangles[index] = triangles
+                elif local.shape != collider_shapes[index][0].shape \
+                        or not np.array_equal(triangles, collider_triangles[index]):
+                    topology_changes[index] = frame
+                    continue
+                collider_shapes[index].append(local)
     finally:
         scene.frame_set(original_frame, subframe=original_subframe)
     frames = last - first + 1
+    collider_meshes = [(np.array(shapes), triangles) for shapes, triangles in zip(collider_shapes, collider_triangles)]
     return FrameSamples(first=first,
                         contractions=np.array(contractions, dtype=np.float64).reshape(frames, len(settings.muscles)),
                         key_values={name: np.array(series) for name, series in values.items()},
                         skin_worlds=np.array(skin_worlds), head_worlds=np.array(head_worlds),
                         collider_worlds=[np.array(worlds) for worlds in collider_worlds],
-                        collider_meshes=collider_meshes, fps=scene.render.fps / (scene.render.fps_base or 1.0))
+                        collider_meshes=collider_meshes, collider_topology_changes=topology_changes,
+                        fps=scene.render.fps / (scene.render.fps_base or 1.0))
 
 
 def _append_key_values(obj, blocks, depsgraph, values: Dict[str, list]) -> None:
@@ -345,26 +391,45 @@ def weights_arrays(obj, samples: FrameSamples, fit_names, metres: float) -> Tupl
 
 
 RIGID_MOTION_TOLERANCE = 1e-4
+# A collider whose evaluated local vertices move by more than this fraction of its size over
+# the range deforms (bones, shape keys, modifiers); float32 noise stays far below it.
+DEFORMATION_TOLERANCE = 1e-6
 
 
 def collider_arrays(obj, samples: FrameSamples, metres: float) -> Tuple[List[Tuple[str, Dict[str, np.ndarray]]],
                                                                         List[Finding]]:
-    """(name, MESH.npz arrays) per collider — its evaluated mesh at the first frame in the skin's
-    rig frame (metres), and its rigid motion per frame relative to the skin from that frame —
-    and findings for colliders whose motion is not rigid (only its rigid part is sent)."""
+    """(name, MESH.npz arrays) per collider, in the skin's rig frame (metres), and findings.
+
+    A collider that only moves rigidly relative to the skin is sent as its evaluated mesh at the
+    first frame (`vertices` (V, 3)) plus that motion per frame (`transforms`). One whose mesh
+    deforms (bones, shape keys, modifiers) or whose scale changes relative to the skin is sent as
+    its shape on every frame (`vertices` (T, V, 3)) with identity transforms. A mesh whose
+    vertices or faces change during the range cannot be followed: that is an error."""
     colliders = collider_objects(obj)
     result, findings = [], []
-    for collider, (local, triangles), worlds in zip(colliders, samples.collider_meshes, samples.collider_worlds):
-        to_skin = np.linalg.inv(samples.skin_worlds[0]) @ worlds[0]
-        vertices = (local @ to_skin[:3, :3].T + to_skin[:3, 3]) * metres
-        transforms = head_motion.head_transforms_in_rig_frame(samples.skin_worlds, worlds, metres)
+    for collider, (shapes, triangles), worlds, changed in zip(colliders, samples.collider_meshes,
+                                                              samples.collider_worlds,
+                                                              samples.collider_topology_changes):
+        if changed is not None:
+            findings.append(Finding(ERROR, f"collider '{collider.name}' has other vertices or faces on frame "
+                                           f"{changed} than on frame {samples.first}; a collider must keep its mesh "
+                                           f"over the baked range (apply or drop modifiers such as Remesh)"))
+            continue
         relative = [np.linalg.inv(skin) @ world @ np.linalg.inv(worlds[0]) @ samples.skin_worlds[0]
                     for skin, world in zip(samples.skin_worlds, worlds)]
         stretch = max(float(np.abs(np.linalg.svd(motion[:3, :3], compute_uv=False) - 1.0).max()) for motion in relative)
-        if stretch > RIGID_MOTION_TOLERANCE:
-            findings.append(Finding(preflight.WARNING, f"collider '{collider.name}' changes its scale relative to the "
-                                                       f"skin during the range; only its rotation and translation "
-                                                       f"are used (its size is that of the first frame)"))
+        size = float(np.linalg.norm(np.ptp(shapes[0], axis=0))) or 1.0
+        deformation = float(np.abs(shapes - shapes[0]).max()) / size
+        if stretch > RIGID_MOTION_TOLERANCE or deformation > DEFORMATION_TOLERANCE:
+            vertices = np.empty(shapes.shape)
+            for frame, (skin, world) in enumerate(zip(samples.skin_worlds, worlds)):
+                to_skin = np.linalg.inv(skin) @ world
+                vertices[frame] = (shapes[frame] @ to_skin[:3, :3].T + to_skin[:3, 3]) * metres
+            transforms = np.tile(np.eye(4), (len(shapes), 1, 1))
+        else:
+            to_skin = np.linalg.inv(samples.skin_worlds[0]) @ worlds[0]
+            vertices = (shapes[0] @ to_skin[:3, :3].T + to_skin[:3, 3]) * metres
+            transforms = head_motion.head_transforms_in_rig_frame(samples.skin_worlds, worlds, metres)
         result.append((collider.name, {"vertices": vertices, "faces": triangles, "transforms": transforms}))
     return result, findings
 
@@ -401,13 +466,19 @@ def wind_velocity(obj) -> Optional[List[float]]:
     return [float(v) for v in head_motion.world_vector_in_rig_frame(world, np.array(obj.matrix_world))]
 
 
+def fat_settings(obj) -> dict:
+    """The Fat panel's settings as the animate job takes them: growth, softening, diffusion."""
+    settings = obj.face_physics
+    return {"fat_scale": float(settings.fat_scale), "fat_softening": float(settings.fat_softening),
+            "diffusion_steps": int(settings.diffusion_steps),
+            "diffusion_time_step_m2": float(settings.diffusion_time_step)}
+
+
 def simulation_settings(context, obj, with_fit: bool) -> dict:
     """The animate job's settings (docs/addon.md, job protocol)."""
     settings = obj.face_physics
     result = {"dynamic": settings.dynamics == 'DYNAMIC', "substeps": int(settings.substeps),
-              "gravity": bool(settings.gravity), "wind": wind_velocity(obj), "fat_scale": float(settings.fat_scale),
-              "diffusion_steps": int(settings.diffusion_steps),
-              "diffusion_time_step_m2": float(settings.diffusion_time_step)}
+              "gravity": bool(settings.gravity), "wind": wind_velocity(obj), **fat_settings(obj)}
     collisions = [kind for kind, wanted in (("teeth", settings.teeth_contact), ("lips", settings.lip_contact))
                   if wanted]
     result["collisions"] = collisions

@@ -96,6 +96,7 @@ def _animate(args, report):
     from .physics.animate import animate
     from .physics.inputs import load_activations, load_maps
     from .physics.simulator import SimulationSettings
+    map_settings = _map_settings(args)       # before the slow loads: a typo fails at once
     model = load_model(args.model)
     detail = None
     if args.weights is None:
@@ -110,7 +111,7 @@ def _animate(args, report):
     maps = load_maps(args.maps, model) if args.maps else None
     settings = SimulationSettings(dynamic=args.dynamic, gravity=args.gravity, fps=activations.fps,
                                   substeps=args.substeps, wind=args.wind, contact_solver=args.contact_solver)
-    collisions = _collision_scene(model, args.collisions, args.collider)
+    collisions = _collision_scene(model, args.collisions, args.collider, args.lip_vertices)
 
     def on_frame(event):
         state = "" if event["converged"] else f" NOT CONVERGED ({event['reason']})"
@@ -118,12 +119,28 @@ def _animate(args, report):
                         f"iterations, {event['seconds']:.2f} s{state}", **event)
 
     result = animate(model, activations, args.output, settings, maps=maps, fat_scale=args.fat_scale,
-                     progress=on_frame, skin_detail=detail, collisions=collisions)
+                     progress=on_frame, skin_detail=detail, collisions=collisions, **map_settings)
     unconverged = int((~result.converged).sum())
     report.result(path=str(args.output), cache=str(args.output.with_suffix(".pc2")),
                   frames=int(len(result.converged)), unconverged_frames=unconverged,
                   message=f"wrote {args.output} and {args.output.with_suffix('.pc2')}: {len(result.converged)} "
                           f"frames, {unconverged} not converged")
+
+
+def _map_settings(args) -> dict:
+    """animate()'s diffusion and fat-softening arguments from the command line, checked."""
+    from .physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING
+    steps = DEFAULT_DIFFUSION_STEPS if args.diffusion_steps is None else args.diffusion_steps
+    time_step = DEFAULT_DIFFUSION_TIME_STEP_M2 if args.diffusion_time_step is None else args.diffusion_time_step
+    softening = DEFAULT_FAT_SOFTENING if args.fat_softening is None else args.fat_softening
+    if steps < 0:
+        raise InputError(f"--diffusion-steps must be 0 or more, got {steps}")
+    if not (np.isfinite(time_step) and time_step > 0.0):
+        raise InputError(f"--diffusion-time-step must be a positive diffusion time in m², got {time_step}")
+    if not (np.isfinite(softening) and 0.0 <= softening <= 1.0):
+        raise InputError(f"--fat-softening must be in [0, 1] (1 = the paper's softening of grown fat, 0 = none), "
+                         f"got {softening}")
+    return {"diffusion_steps": steps, "diffusion_time_step_m2": time_step, "fat_softening": softening}
 
 
 COLLISION_KINDS = ("teeth", "lips")
@@ -138,13 +155,16 @@ def _collision_kinds(text):
     return kinds
 
 
-def _collision_scene(model, kinds, collider_paths):
-    """The CollisionScene for --collisions / --collider, or None when neither is given."""
+def _collision_scene(model, kinds, collider_paths, lip_vertices_path=None):
+    """The CollisionScene for --collisions / --collider (and --lip-vertices), or None when
+    neither collisions nor colliders are given."""
     kinds, collider_paths = kinds or [], collider_paths or []
+    if lip_vertices_path is not None and not {"lips", "teeth"} & set(kinds):
+        raise InputError("--lip-vertices applies only with --collisions lips and/or teeth")
     if not kinds and not collider_paths:
         return None
     try:
-        from .collisions.scene import CollisionScene
+        from .collisions.scene import CollisionScene, load_lip_vertices
         from .collisions.mesh_collider import load_mesh_collider
     except ImportError as error:
         raise InputError(f"--collisions / --collider: collision detection is not available in this "
@@ -155,8 +175,15 @@ def _collision_scene(model, kinds, collider_paths):
             colliders.append(load_mesh_collider(path))
         except (OSError, ValueError, KeyError) as error:
             raise InputError(f"--collider {path}: {error}") from None
+    lip_vertices = None
+    if lip_vertices_path is not None:
+        try:
+            lip_vertices = load_lip_vertices(lip_vertices_path, len(model["skin_vertices"]))
+        except ValueError as error:
+            raise InputError(f"--lip-vertices: {error}") from None
     try:
-        return CollisionScene(model, teeth="teeth" in kinds, lips="lips" in kinds, colliders=colliders)
+        return CollisionScene(model, teeth="teeth" in kinds, lips="lips" in kinds, colliders=colliders,
+                              lip_vertices=lip_vertices)
     except (ValueError, KeyError) as error:
         raise InputError(f"--collisions: {error}") from None
 
@@ -284,10 +311,20 @@ def _parser():
     run.add_argument("--wind", type=_wind, default=None, help="wind velocity X,Y,Z in m/s (world axes)")
     run.add_argument("--maps", type=Path, help="MAPS.npz with fat/stiffness/density/paralysis maps")
     run.add_argument("--fat-scale", type=float, default=1.0, help="plastic scale where the fat map is 1")
+    # Defaults None = the solver's (physics/maps.py), filled in by _map_settings: importing
+    # maps.py here would load scipy for every command.
+    run.add_argument("--fat-softening", type=float, default=None,
+                     help="how much grown fat softens, 0..1 (1 = the paper's μ reduction, the default; 0 = none)")
+    run.add_argument("--diffusion-steps", type=int, default=None,
+                     help="diffusion steps of the painted maps into the volume (default 10)")
+    run.add_argument("--diffusion-time-step", type=float, default=None, metavar="M2",
+                     help="diffusion time per step in m² (default 3e-6)")
     run.add_argument("--collisions", type=_collision_kinds, default=None,
                      help="keep the skin out of the teeth and/or the other lip: teeth, lips or teeth,lips")
     run.add_argument("--collider", type=Path, action="append", default=None, metavar="MESH.npz",
-                     help="an external collider mesh (repeatable)")
+                     help="an external collider mesh, rigid or deforming (repeatable)")
+    run.add_argument("--lip-vertices", type=Path, default=None, metavar="LIPS.npz",
+                     help="the lips' skin vertices (upper, lower index arrays) instead of the automatic lip finder")
     run.add_argument("--contact-solver", choices=("newton", "ipopt"), default="newton",
                      help="contact response: augmented Lagrangian in Newton (default) or IPOPT")
     run.set_defaults(run=_animate)

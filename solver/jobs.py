@@ -22,7 +22,8 @@ job outright should kill its whole process group.
 Commands: `build-model` (rig → model), `fit` (model + rig → FIT.npz, one progress line per
 finished shape, optionally keeping the other shapes of an earlier fit) and `animate` (model +
 muscle contractions, or model + fit + shape-key weights with optional contractions on top;
-maps, teeth/lip contacts, prop colliders → RESULT.npz and its .pc2).
+maps with their diffusion and fat softening, teeth/lip contacts with optional painted lips,
+rigid or deforming prop colliders → RESULT.npz and its .pc2).
 """
 from __future__ import annotations
 
@@ -248,7 +249,7 @@ PER_SHAPE_FIT_KEYS = ("shape_key_names", "activations", "jaw", "fit_error_mm", "
 
 
 def _animate_settings(settings: dict) -> dict:
-    from .physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2
+    from .physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING
     padding = settings.get("teeth_padding_m")
     return {"dynamic": _boolean(settings, "dynamic", False),
             "substeps": _integer(settings, "substeps", 1, 1, 1000),
@@ -258,6 +259,7 @@ def _animate_settings(settings: dict) -> dict:
             "diffusion_steps": _integer(settings, "diffusion_steps", DEFAULT_DIFFUSION_STEPS, 0, 10_000),
             "diffusion_time_step_m2": _number(settings, "diffusion_time_step_m2", DEFAULT_DIFFUSION_TIME_STEP_M2,
                                               1e-12, 1.0),
+            "fat_softening": _number(settings, "fat_softening", DEFAULT_FAT_SOFTENING, 0.0, 1.0),
             # None = not given: shape-key animation then adds the detail
             "detail": _boolean(settings, "detail", True) if "detail" in settings else None,
             "collisions": _choices(settings, "collisions", COLLISION_KINDS),
@@ -281,6 +283,10 @@ def _check_animate_inputs(inputs: dict, settings: dict) -> None:
     if settings["teeth_padding_m"] is not None and "teeth" not in settings["collisions"]:
         raise _field_error("settings.teeth_padding_m", "applies only with teeth collisions",
                            "add \"teeth\" to settings.collisions, or leave the padding out")
+    if "lip_vertices" in inputs and not {"lips", "teeth"} & set(settings["collisions"]):
+        raise _field_error("inputs.lip_vertices", "applies only with lip or teeth collisions (it says which skin "
+                                                  "is lip)", "add \"lips\" or \"teeth\" to settings.collisions, "
+                                                             "or leave the file out")
 
 
 def _fit_settings(settings: dict) -> dict:
@@ -435,24 +441,35 @@ def _with_muscle_layer(model, blended, layer):
     return dataclasses.replace(blended, activations=activations, jaw=blended.jaw + layer.jaw)
 
 
-def _collision_scene(model, settings: dict, collider_paths: list, messages: JobMessages):
-    """The CollisionScene of settings.collisions and inputs.colliders, or None for neither."""
+def _collision_scene(model, settings: dict, collider_paths: list, messages: JobMessages,
+                     lip_vertices_path: Optional[Path] = None):
+    """The CollisionScene of settings.collisions and inputs.colliders, or None for neither; with
+    inputs.lip_vertices the lips are those skin vertices instead of the automatic lip finder's."""
     kinds = settings["collisions"]
     if not kinds and not collider_paths:
         return None
     from .collisions.mesh_collider import load_mesh_collider
-    from .collisions.scene import CollisionScene
+    from .collisions.scene import CollisionScene, load_lip_vertices
     colliders = []
     for index, path in enumerate(collider_paths):
         try:
             colliders.append(load_mesh_collider(path, name=f"{path.stem}"))
         except (OSError, ValueError) as error:
             raise JobError(f"inputs.colliders[{index}]: {error}") from None
+    lip_vertices = None
+    if lip_vertices_path is not None:
+        try:
+            lip_vertices = load_lip_vertices(lip_vertices_path, len(model["skin_vertices"]))
+        except ValueError as error:
+            raise JobError(f"inputs.lip_vertices: {error}") from None
     padding = {} if settings["teeth_padding_m"] is None else {"teeth_pad": settings["teeth_padding_m"]}
-    messages.progress("collision scene: " + ", ".join(kinds + [path.stem for path in collider_paths]),
+    lips_from = [] if lip_vertices is None else [f"lips from vertex groups ({len(lip_vertices[0])} upper, "
+                                                 f"{len(lip_vertices[1])} lower vertices)"]
+    messages.progress("collision scene: " + ", ".join(kinds + [path.stem for path in collider_paths] + lips_from),
                       fraction=0.0)
     try:
-        scene = CollisionScene(model, teeth="teeth" in kinds, lips="lips" in kinds, colliders=colliders, **padding)
+        scene = CollisionScene(model, teeth="teeth" in kinds, lips="lips" in kinds, colliders=colliders,
+                               lip_vertices=lip_vertices, **padding)
     except ValueError as error:
         raise JobError(f"settings.collisions: {error}. Fix: turn that contact off, or give the model what it "
                        f"needs (teeth objects, mouth landmarks).") from None
@@ -468,16 +485,9 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
     from .model_file import load_model
     from .physics.animate import animate
     from .physics.inputs import load_activations, load_maps
-    from .physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2
     from .physics.simulator import SimulationSettings
     settings = job["settings"]
     inputs = job["inputs"]
-    # Blender stores floats in single precision, hence the tolerance.
-    if settings["diffusion_steps"] != DEFAULT_DIFFUSION_STEPS or not math.isclose(
-            settings["diffusion_time_step_m2"], DEFAULT_DIFFUSION_TIME_STEP_M2, rel_tol=1e-5):
-        # animate() does not take diffusion settings yet; say so rather than ignore them silently.
-        messages.warning(f"diffusion steps/time step are not yet passed to the solver's animate; the defaults "
-                         f"({DEFAULT_DIFFUSION_STEPS} steps of {DEFAULT_DIFFUSION_TIME_STEP_M2:g} m²) were used")
     model = load_model(inputs["model"])
     detail = None
     if "fit" in inputs:
@@ -496,7 +506,7 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
     simulation = SimulationSettings(dynamic=settings["dynamic"], gravity=settings["gravity"], fps=activations.fps,
                                     substeps=settings["substeps"], wind=settings["wind"],
                                     contact_solver=settings["contact_solver"])
-    collisions = _collision_scene(model, settings, inputs.get("colliders", []), messages)
+    collisions = _collision_scene(model, settings, inputs.get("colliders", []), messages, inputs.get("lip_vertices"))
     frames = activations.frame_count
     messages.progress(f"model loaded; simulating {frames} frames", fraction=0.0, frame=0, frames=frames)
     deepest_mm = 0.0
@@ -521,7 +531,9 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
     try:
         result = animate(model, activations, partial, settings=simulation, maps=maps,
                          fat_scale=settings["fat_scale"], progress=on_frame, skin_detail=detail,
-                         collisions=collisions)
+                         collisions=collisions, diffusion_steps=settings["diffusion_steps"],
+                         diffusion_time_step_m2=settings["diffusion_time_step_m2"],
+                         fat_softening=settings["fat_softening"])
         os.replace(partial.with_suffix(".pc2"), result_path.with_suffix(".pc2"))
         os.replace(partial, result_path)
     finally:
@@ -543,10 +555,11 @@ _COMMANDS: Dict[str, dict] = {
                     "settings": ("target_tets",), "read_settings": _build_settings, "run": _run_build},
     "fit": {"inputs": ("model", "rig"), "optional_inputs": ("previous_fit",), "outputs": ("fit",),
             "settings": ("shapes", "jobs"), "read_settings": _fit_settings, "run": _run_fit},
-    "animate": {"inputs": ("model",), "optional_inputs": ("activations", "fit", "weights", "maps"),
+    "animate": {"inputs": ("model",), "optional_inputs": ("activations", "fit", "weights", "maps", "lip_vertices"),
                 "list_inputs": ("colliders",), "outputs": ("result",),
                 "settings": ("dynamic", "substeps", "gravity", "wind", "fat_scale", "diffusion_steps",
-                             "diffusion_time_step_m2", "detail", "collisions", "contact_solver", "teeth_padding_m"),
+                             "diffusion_time_step_m2", "fat_softening", "detail", "collisions", "contact_solver",
+                             "teeth_padding_m"),
                 "read_settings": _animate_settings, "check": _check_animate_inputs, "run": _run_animate},
 }
 

@@ -282,6 +282,43 @@ def test_fat_plasticity_mapping():
         maps.fat_plasticity(fat, 0.0)
 
 
+def test_fat_softening_scales_the_papers_mu_reduction():
+    fat = np.array([0.0, 0.25, 0.5, 1.0])
+    paper = maps.fat_plasticity(fat, 1.3).mu_multiplier          # [1, 0.85, 0.65, 0.3], see above
+    for softening in (0.0, 0.25, 0.5, 1.0):
+        result = maps.fat_plasticity(fat, 1.3, fat_softening=softening)
+        np.testing.assert_allclose(result.mu_multiplier, 1.0 - softening * (1.0 - paper), atol=1e-15)
+        np.testing.assert_array_equal(result.plastic_scale, maps.fat_plasticity(fat, 1.3).plastic_scale)
+    np.testing.assert_array_equal(maps.fat_plasticity(fat, 1.3, fat_softening=0.0).mu_multiplier, 1.0)
+    np.testing.assert_array_equal(maps.fat_plasticity(fat, 0.8, fat_softening=0.5).mu_multiplier, 1.0)   # slimming
+    for bad in (-0.1, 1.5, float("nan"), True):
+        with pytest.raises(ValueError, match=r"fat_softening must be in \[0, 1\]"):
+            maps.fat_plasticity(fat, 1.3, fat_softening=bad)
+
+
+def test_diffusion_settings_and_fat_softening_reach_the_material(model):
+    from solver.physics.animate import overrides_from_maps
+    patch, centre = _cheek_patch(model)
+    painted = MapsInput(fat=patch)
+    default = overrides_from_maps(model, painted, 1.3)
+    np.testing.assert_array_equal(default.plastic_scale, maps.material_maps(model, fat=patch, fat_scale=1.3).plastic_scale)
+    wider = overrides_from_maps(model, painted, 1.3, diffusion_steps=4 * maps.DEFAULT_DIFFUSION_STEPS,
+                                diffusion_time_step_m2=2 * maps.DEFAULT_DIFFUSION_TIME_STEP_M2)
+    expected = maps.material_maps(model, fat=patch, fat_scale=1.3, steps=4 * maps.DEFAULT_DIFFUSION_STEPS,
+                                  time_step=2 * maps.DEFAULT_DIFFUSION_TIME_STEP_M2)
+    np.testing.assert_array_equal(wider.plastic_scale, expected.plastic_scale)
+    assert np.count_nonzero(wider.plastic_scale > 1.001) > np.count_nonzero(default.plastic_scale > 1.001)
+    stiff = overrides_from_maps(model, painted, 1.3, fat_softening=0.0)
+    np.testing.assert_array_equal(stiff.plastic_scale, default.plastic_scale)
+    np.testing.assert_array_equal(stiff.mu_multiplier, 1.0)
+    grown = default.plastic_scale > 1.01
+    half = overrides_from_maps(model, painted, 1.3, fat_softening=0.5)
+    np.testing.assert_allclose(half.mu_multiplier, 1.0 - 0.5 * (1.0 - default.mu_multiplier), atol=1e-15)
+    assert grown.any() and np.all(default.mu_multiplier[grown] < half.mu_multiplier[grown])
+    with pytest.raises(ValueError, match="fat_softening"):
+        overrides_from_maps(model, None, 1.0, fat_softening=2.0)
+
+
 def test_stiffness_and_density_multipliers(model):
     tet_count = len(model["tets"])
     stiffness = np.linspace(0.5, 2.0, tet_count)

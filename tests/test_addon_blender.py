@@ -486,3 +486,212 @@ def test_check_reports_non_arkit_names_and_the_mapping_list_fixes_them(scene):
     finally:
         block.name = "cheekPuff"
         obj.face_physics.name_mappings.clear()
+
+
+# --------------------------------------------------------------------------- fat preview, painted lips, deforming props
+
+def _preview_jobs(monkeypatch, folder):
+    """Keep the next jobs' folders under `folder`; returns a function listing them."""
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("FACE_PHYSICS_KEEP_JOBS", "1")
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return lambda: sorted(glob.glob(str(folder / "face_physics_job_*")), key=os.path.getmtime)
+
+
+def _mesh_positions(mesh) -> np.ndarray:
+    co = np.empty(len(mesh.vertices) * 3, dtype=np.float32)
+    mesh.vertices.foreach_get("co", co)
+    return co.reshape(-1, 3).astype(np.float64)
+
+
+def test_fat_preview_shows_the_fattened_neutral_face_on_its_own_object(scene, monkeypatch, tmp_path):
+    from blender_addon import fat_preview, scene_export
+    obj = scene["object"]
+    settings = obj.face_physics
+    settings.fat_group, settings.fat_scale, settings.fat_softening, settings.diffusion_steps = "cheek fat", 1.3, 0.5, 12
+    jobs_made = _preview_jobs(monkeypatch, tmp_path / "jobs")
+    try:
+        assert bpy.ops.face_physics.fat_preview() == {'FINISHED'}
+        (job,) = jobs_made()
+        written = json.loads((Path(job) / "job.json").read_text())
+        assert written["settings"]["fat_softening"] == 0.5 and written["settings"]["diffusion_steps"] == 12
+        assert written["settings"]["fat_scale"] == pytest.approx(1.3) and "maps" in written["inputs"]
+        with np.load(Path(job) / "activations.npz", allow_pickle=False) as activations:
+            np.testing.assert_array_equal(activations["muscle_contraction"], 1.0)     # one neutral frame
+            assert activations["muscle_contraction"].shape[0] == 1
+        with np.load(Path(job) / "result.npz", allow_pickle=False) as result:
+            simulated = result["skin_positions"][0] / settings.metres_per_unit
+
+        preview = fat_preview.find_preview(obj)
+        assert preview is not None and preview.name == f"{obj.name} FP fat preview" and preview.parent == obj
+        shown = _mesh_positions(preview.data)
+        np.testing.assert_allclose(shown, simulated, atol=1e-6)
+        assert len(preview.data.polygons) == len(obj.data.polygons) and preview.location.x > 0
+        moved = np.linalg.norm(shown - scene_export.rest_coordinates(obj.data), axis=1)
+        fat = scene_export.vertex_group_weights(obj, "cheek fat")
+        x = scene_export.rest_coordinates(obj.data)[:, 0]
+        far = x < np.percentile(x, 20)
+        assert moved[fat > 0].max() > 1e-3, "the painted cheek should swell by over a millimetre"
+        assert moved[fat > 0].mean() > 3 * moved[far].mean()
+        assert _user_data(obj) == scene["user_data"]
+
+        settings.fat_scale = 1.1              # a second preview replaces the first
+        assert bpy.ops.face_physics.fat_preview() == {'FINISHED'}
+        previews = [child for child in obj.children if child.get(fat_preview.PREVIEW_TAG) == obj.name]
+        assert len(previews) == 1 and previews[0].name == f"{obj.name} FP fat preview"
+        assert not [mesh for mesh in bpy.data.meshes if mesh.name.startswith(f"{obj.name} FP fat preview.")]
+        smaller = np.linalg.norm(_mesh_positions(previews[0].data) - scene_export.rest_coordinates(obj.data), axis=1)
+        assert smaller[fat > 0].max() < moved[fat > 0].max()
+        assert _user_data(obj) == scene["user_data"]
+
+        bpy.ops.wm.save_mainfile()            # the Fat panel draws with its preview row
+        drawn = _draw_panels(tmp_path, Path(bpy.data.filepath), obj.name, sys.executable)
+        assert all("error" not in entry for entry in drawn["panels"])
+        assert bpy.ops.face_physics.fat_preview_remove() == {'FINISHED'}
+        assert fat_preview.find_preview(obj) is None and not bpy.ops.face_physics.fat_preview_remove.poll()
+        assert _user_data(obj) == scene["user_data"]
+    finally:
+        fat_preview.remove_preview(obj)
+        settings.fat_softening, settings.diffusion_steps = 1.0, 10
+
+
+def test_the_fat_preview_button_says_what_it_needs(scene):
+    obj = scene["object"]
+    settings = obj.face_physics
+    group = settings.fat_group
+    bpy.ops.mesh.primitive_cube_add()
+    unbuilt = bpy.context.active_object
+    try:
+        with pytest.raises(RuntimeError, match=r"Build the model first \(Model panel\)"):
+            bpy.ops.face_physics.fat_preview()
+        bpy.context.view_layer.objects.active = obj
+        settings.fat_group = ""
+        with pytest.raises(RuntimeError, match="Choose or paint a fat map first"):
+            bpy.ops.face_physics.fat_preview()
+    finally:
+        settings.fat_group = group
+        bpy.data.objects.remove(unbuilt)
+        bpy.context.view_layer.objects.active = obj
+
+
+class _Reports:      # what an operator provides to the shared job functions
+    def __init__(self):
+        self.reports = []
+
+    def report(self, kind, message):
+        self.reports.append((kind, message))
+
+
+def test_painted_lip_groups_replace_the_solvers_automatic_lips(scene):
+    import io
+    from blender_addon import job_files, operators
+    from solver import jobs
+    from solver.collisions.lips import find_lip_surfaces
+    from solver.model_file import load_model
+    obj = scene["object"]
+    settings = obj.face_physics
+    model = load_model(bpy.path.abspath(settings.model_path))
+    automatic = find_lip_surfaces(model)
+    upper, lower = obj.vertex_groups.new(name="FP_lip_upper"), obj.vertex_groups.new(name="FP_lip_lower")
+    upper.add([int(i) for i in automatic.upper_vertices], 1.0, 'REPLACE')
+    lower.add([int(i) for i in automatic.lower_vertices], 0.8, 'REPLACE')
+    lower.add([int(automatic.upper_vertices[0])], 0.3, 'REPLACE')          # under the 0.5 threshold: not a lip
+    saved = (settings.use_scene_range, settings.frame_start, settings.frame_end, settings.teeth_contact,
+             settings.lip_contact, [item.collider for item in settings.colliders])
+    settings.use_scene_range, settings.frame_start, settings.frame_end = False, 1, 2
+    settings.teeth_contact, settings.lip_contact = False, True
+    settings.colliders.clear()
+    job_dir = None
+    try:
+        caller = _Reports()
+        job_dir = operators.write_bake_job(caller, bpy.context, obj)
+        assert job_dir is not None, caller.reports
+        job = jobs.read_job(job_dir)
+        assert job["inputs"]["lip_vertices"].name == job_files.LIP_VERTICES_FILE
+        assert job["settings"]["fat_softening"] == pytest.approx(settings.fat_softening)
+        collision_scene = jobs._collision_scene(model, job["settings"], [], jobs.JobMessages(io.StringIO()),
+                                                job["inputs"]["lip_vertices"])
+        assert collision_scene.lips.source == "vertex groups"
+        np.testing.assert_array_equal(collision_scene.lips.upper_vertices, automatic.upper_vertices)
+        np.testing.assert_array_equal(collision_scene.lips.lower_vertices, automatic.lower_vertices)
+        job_files.remove_job_folder(job_dir)
+
+        for index in range(len(obj.data.vertices)):        # an empty lower lip stops the bake with the reason
+            lower.remove([index])
+        caller = _Reports()
+        job_dir = operators.write_bake_job(caller, bpy.context, obj)
+        assert job_dir is None and any("FP_lip_lower has no vertex" in message for _, message in caller.reports)
+        obj.vertex_groups.remove(lower)                     # one group alone: automatic lips, with a warning
+        caller = _Reports()
+        job_dir = operators.write_bake_job(caller, bpy.context, obj)
+        assert job_dir is not None and "lip_vertices" not in jobs.read_job(job_dir)["inputs"]
+        assert any("found automatically" in message for _, message in caller.reports)
+    finally:
+        if job_dir is not None:
+            job_files.remove_job_folder(job_dir)
+        for name in ("FP_lip_upper", "FP_lip_lower"):
+            if obj.vertex_groups.get(name) is not None:
+                obj.vertex_groups.remove(obj.vertex_groups[name])
+        (settings.use_scene_range, settings.frame_start, settings.frame_end, settings.teeth_contact,
+         settings.lip_contact, colliders) = saved
+        settings.colliders.clear()
+        for collider in colliders:
+            settings.colliders.add().collider = collider
+    assert _user_data(obj) == scene["user_data"]
+
+
+def test_a_deforming_collider_is_exported_frame_by_frame_and_a_rigid_one_once(scene):
+    from blender_addon import scene_export
+    from solver.collisions import MeshCollider
+    obj = scene["object"]
+    settings = obj.face_physics
+    saved = [item.collider for item in settings.colliders]
+    made = []
+    try:
+        bpy.ops.mesh.primitive_uv_sphere_add(radius=0.01, segments=16, ring_count=8, location=(0.3, 0.0, 0.0))
+        balloon = bpy.context.active_object
+        balloon.shape_key_add(name="Basis")
+        inflate = balloon.shape_key_add(name="inflate", from_mix=False)
+        for point in inflate.data:
+            point.co = point.co * 1.5
+        for frame, value in ((FRAMES[0], 0.0), (FRAMES[1], 1.0)):
+            inflate.value = value
+            inflate.keyframe_insert("value", frame=frame)
+        bpy.ops.mesh.primitive_uv_sphere_add(radius=0.01, segments=16, ring_count=8, location=(0.3, 0.1, 0.0))
+        ball = bpy.context.active_object
+        for frame, y in ((FRAMES[0], 0.1), (FRAMES[1], 0.12)):
+            ball.location.y = y
+            ball.keyframe_insert("location", frame=frame)
+        made = [balloon, ball]
+        bpy.context.view_layer.objects.active = obj
+        settings.colliders.clear()
+        for collider in made:
+            settings.colliders.add().collider = collider
+        samples = scene_export.sample_frames(bpy.context, obj, *FRAMES)
+        metres = settings.metres_per_unit
+        arrays, findings = scene_export.collider_arrays(obj, samples, metres)
+        assert not findings, findings
+        (balloon_name, deforming), (ball_name, rigid) = arrays
+        frames = FRAMES[1] - FRAMES[0] + 1
+        assert (balloon_name, ball_name) == (balloon.name, ball.name)
+        assert deforming["vertices"].shape == (frames, len(balloon.data.vertices), 3)
+        np.testing.assert_array_equal(deforming["transforms"], np.tile(np.eye(4), (frames, 1, 1)))
+        to_skin = np.array(obj.matrix_world.inverted() @ balloon.matrix_world)
+        centre = to_skin[:3, 3] * metres
+        radius = np.linalg.norm(deforming["vertices"] - centre, axis=2).mean(axis=1)
+        assert radius[0] == pytest.approx(0.01 * metres, rel=1e-3) and radius[-1] == pytest.approx(0.015 * metres,
+                                                                                                    rel=1e-3)
+        assert np.all(np.diff(radius) > 0)
+        assert rigid["vertices"].shape == (len(ball.data.vertices), 3) and rigid["transforms"].shape == (frames, 4, 4)
+        assert np.linalg.norm(rigid["transforms"][-1, :3, 3]) == pytest.approx(0.02 * metres, rel=1e-4)
+        for name, collider in arrays:                      # both pass the solver's own validation
+            loaded = MeshCollider(name, collider["vertices"], collider["faces"], collider["transforms"])
+            assert loaded.deforming == (name == balloon_name)
+    finally:
+        settings.colliders.clear()
+        for collider in saved:
+            settings.colliders.add().collider = collider
+        for collider in made:
+            bpy.data.objects.remove(collider)
+        bpy.context.view_layer.objects.active = obj
+    assert _user_data(obj) == scene["user_data"]

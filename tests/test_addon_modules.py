@@ -159,12 +159,17 @@ def test_fit_and_animate_job_folders_pass_the_solvers_validation(tmp_path):
     animate_dir = tmp_path / "animate"
     animate_dir.mkdir()
     sphere = {"vertices": np.zeros((4, 3)), "faces": np.array([[0, 1, 2]]), "transforms": np.eye(4)[None]}
-    job_files.write_animate_job(animate_dir, model, None, None, {"detail": False, "collisions": ["lips"]},
+    job_files.write_animate_job(animate_dir, model, None, None,
+                                {"detail": False, "collisions": ["lips"], "fat_softening": 0.25},
                                 fit_path=model, weights={"names": np.array(["jawOpen"]), "weights": np.zeros((1, 1))},
-                                colliders=[("Hand.L", sphere), ("Hand.L", sphere)])
+                                colliders=[("Hand.L", sphere), ("Hand.L", sphere)],
+                                lip_vertices={"upper": np.array([1, 2]), "lower": np.array([3])})
     job = read_job(animate_dir)
     assert [path.name for path in job["inputs"]["colliders"]] == ["collider_0_Hand_L.npz", "collider_1_Hand_L.npz"]
-    assert sorted(job["inputs"]) == ["colliders", "fit", "model", "weights"] and job["settings"]["detail"] is False
+    assert sorted(job["inputs"]) == ["colliders", "fit", "lip_vertices", "model", "weights"]
+    assert job["settings"]["detail"] is False and job["settings"]["fat_softening"] == 0.25
+    with np.load(job["inputs"]["lip_vertices"], allow_pickle=False) as lips:
+        assert lips["upper"].tolist() == [1, 2] and lips["lower"].tolist() == [3]
 
 
 def test_the_fit_summary_is_read_without_the_solver(tmp_path):

@@ -237,11 +237,19 @@ def _placeholder_files(job_dir, *names):
     ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz",
                                        "collider": ["collider.npz"]}, "outputs": {"result": "r.npz"}},
      "inputs.collider: unknown field"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"fat_softening": 1.5}}, r"settings.fat_softening: .*\[0, 1\]"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"diffusion_steps": 2.5}}, "settings.diffusion_steps"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz",
+                                       "lip_vertices": "lips.npz"}, "outputs": {"result": "r.npz"}},
+     "inputs.lip_vertices: applies only with lip or teeth collisions"),
 ])
 def test_fit_and_animate_jobs_are_validated_strictly(tmp_path, job, expected):
     folder = tmp_path / "job"
     folder.mkdir()
-    _placeholder_files(folder, "model.npz", "rig.npz", "fit.npz", "weights.npz", "activations.npz", "collider.npz")
+    _placeholder_files(folder, "model.npz", "rig.npz", "fit.npz", "weights.npz", "activations.npz", "collider.npz",
+                       "lips.npz")
     _placeholder_files(tmp_path, "collider.npz")
     (folder / "job.json").write_text(json.dumps({"schema_version": 1, **job}))
     with pytest.raises(JobError, match=expected):
@@ -450,3 +458,142 @@ def test_teeth_contact_on_a_model_without_teeth_warns_of_the_landmark_arch(small
     assert [collider.proxy.source for collider in scene.teeth] == ["landmark arch", "landmark arch"]
     warnings = [json.loads(line) for line in stream.getvalue().splitlines() if '"warning"' in line]
     assert len(warnings) == 2 and all("no teeth mesh" in warning["message"] for warning in warnings)
+
+
+# --------------------------------------------------------------------------- maps, painted lips, deforming props
+
+def _neutral_contractions(model_path, frames):
+    muscles = job_files.read_model_summary(model_path)["muscle_names"]
+    return {"muscle_contraction": np.ones((frames, len(muscles))), "muscle_names": np.array(muscles),
+            "jaw": np.zeros((frames, 5))}
+
+
+def _cheek_fat(model_path, radius=0.025):
+    """A fat map of 1 within `radius` of the left cheek (halfway cheekbone–mouth corner), 0 elsewhere."""
+    from solver.model_file import load_model, model_landmarks
+    model = load_model(model_path)
+    landmarks = model_landmarks(model)
+    cheek = 0.5 * (landmarks["cheekbone_L"] + landmarks["mouth_corner_L"])
+    return (np.linalg.norm(model["skin_vertices"] - cheek, axis=1) < radius).astype(np.float64)
+
+
+def test_diffusion_and_fat_softening_settings_change_the_result_without_a_warning(tmp_path, small_model):
+    maps = {"fat": _cheek_fat(small_model)}
+    runs = {"default": {"fat_scale": 1.3},
+            "explicit defaults": {"fat_scale": 1.3, "diffusion_steps": 10, "diffusion_time_step_m2": 3e-6,
+                                  "fat_softening": 1.0},
+            "wider": {"fat_scale": 1.3, "diffusion_steps": 30, "diffusion_time_step_m2": 6e-6},
+            "stiff fat": {"fat_scale": 1.3, "fat_softening": 0.0}}
+    skins = {}
+    for name, settings in runs.items():
+        folder = tmp_path / name.replace(" ", "_")
+        folder.mkdir()
+        job_files.write_animate_job(folder, small_model, _neutral_contractions(small_model, 1), maps, settings)
+        code, messages, err = _run(folder)
+        assert code == 0, err
+        assert not [m for m in messages if m["type"] == "warning"], f"{name}: {messages}"
+        skins[name] = job_files.read_result_positions(folder)[0]
+    np.testing.assert_array_equal(skins["explicit defaults"], skins["default"])
+    for name in ("wider", "stiff fat"):
+        moved = np.linalg.norm(skins[name] - skins["default"], axis=1).max()
+        assert moved > 1e-4, f"{name} moved the skin by only {moved * 1e3:.4f} mm from the default"
+
+    # The command line takes the same settings and gives the same face.
+    wider = tmp_path / "wider"
+    cli = subprocess.run([sys.executable, "-m", "solver", "--json", "animate", str(small_model),
+                          str(wider / job_files.ACTIVATIONS_FILE), "-o", str(tmp_path / "cli.npz"), "--maps",
+                          str(wider / job_files.MAPS_FILE), "--fat-scale", "1.3", "--diffusion-steps", "30",
+                          "--diffusion-time-step", "6e-6"], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                         capture_output=True, text=True, timeout=600)
+    assert cli.returncode == 0, cli.stderr
+    with np.load(tmp_path / "cli.npz", allow_pickle=False) as result:
+        np.testing.assert_array_equal(result["skin_positions"][0], skins["wider"])
+    refused = subprocess.run([sys.executable, "-m", "solver", "--json", "animate", "no_model.npz", "no_act.npz",
+                              "-o", str(tmp_path / "x.npz"), "--fat-softening", "1.5"],
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--fat-softening must be in [0, 1]" in refused.stdout
+
+
+def test_painted_lip_vertices_replace_the_automatic_lips_and_bad_ones_are_named(tmp_path, small_model):
+    import io
+    from solver.collisions.lips import find_lip_surfaces
+    from solver.model_file import load_model
+    model = load_model(small_model)
+    automatic = find_lip_surfaces(model)
+    assert automatic.source != "vertex groups"
+    settings = {"collisions": ["teeth", "lips"], "teeth_padding_m": None}
+    path = tmp_path / "lips.npz"
+    np.savez(path, upper=automatic.upper_vertices, lower=automatic.lower_vertices)
+    stream = io.StringIO()
+    scene = jobs._collision_scene(model, settings, [], jobs.JobMessages(stream), path)
+    assert scene.lips.source == "vertex groups"
+    np.testing.assert_array_equal(scene.lips.upper_vertices, automatic.upper_vertices)
+    np.testing.assert_array_equal(scene.teeth_vertices, np.union1d(automatic.upper_vertices,
+                                                                   automatic.lower_vertices))
+    assert "lips from vertex groups" in stream.getvalue()
+
+    skin_count = len(model["skin_vertices"])
+    upper, lower = automatic.upper_vertices, automatic.lower_vertices
+    for arrays, expected in (({"upper": upper, "lower": np.array([], dtype=np.int64)}, "'lower' is empty"),
+                             ({"upper": np.append(upper, skin_count), "lower": lower}, r"must lie in \[0, "),
+                             ({"upper": upper, "lower": np.append(lower, upper[0])}, "on both lips"),
+                             ({"upper": upper.astype(float), "lower": lower}, "integer skin vertex indices"),
+                             ({"upper": upper}, r"missing arrays \['lower'\]")):
+        np.savez(path, **arrays)
+        with pytest.raises(JobError, match="inputs.lip_vertices: .*" + expected):
+            jobs._collision_scene(model, settings, [], jobs.JobMessages(io.StringIO()), path)
+
+
+def _inflating_sphere(model_path, growth, radius=0.01):
+    """MESH.npz arrays of a sphere beside the left cheek whose vertices (T, V, 3) grow by
+    `growth` (m) per frame about a fixed centre, 0.5 mm off the skin at growth 0; identity
+    transforms (the vertices are in the world already)."""
+    from solver.geometry import icosphere, vertex_normals
+    from solver.model_file import load_model, model_landmarks
+    model = load_model(model_path)
+    skin = model["skin_vertices"]
+    landmarks = model_landmarks(model)
+    vertex = int(np.argmin(np.linalg.norm(skin - 0.5 * (landmarks["cheekbone_L"] + landmarks["mouth_corner_L"]),
+                                          axis=1)))
+    normal = vertex_normals(skin, model["skin_triangles"])[vertex]
+    unit, faces = icosphere(2, 1.0)
+    centre = skin[vertex] + normal * (radius + 0.0005)
+    vertices = np.stack([centre + unit * (radius + extra) for extra in growth])
+    return {"vertices": vertices, "faces": faces, "transforms": np.tile(np.eye(4), (len(growth), 1, 1))}, vertex, normal
+
+
+def test_a_deforming_collider_detects_against_the_shape_of_each_frame(small_model):
+    from solver.collisions import BonePose, MeshCollider, MeshColliderError
+    arrays, vertex, normal = _inflating_sphere(small_model, [0.0, 0.003])
+    collider = MeshCollider("balloon", arrays["vertices"], arrays["faces"], arrays["transforms"])
+    assert collider.deforming and collider.frame_count == 2
+    from solver.model_file import load_model
+    skin = load_model(small_model)["skin_vertices"]
+    touching = [collider.detect(skin, BonePose(np.eye(4), np.eye(4), frame), 0).vertex for frame in (0, 1, 1, 0, 5)]
+    assert len(touching[0]) == 0 and vertex in touching[1]
+    np.testing.assert_array_equal(touching[2], touching[1])
+    assert len(touching[3]) == 0 and np.array_equal(touching[4], touching[1])     # frame 5 holds the last shape
+    np.testing.assert_allclose(collider.posed(1)[0], arrays["vertices"][1])
+    with pytest.raises(MeshColliderError, match="'vertices' has 2 frames but 'transforms' has 3"):
+        MeshCollider("balloon", arrays["vertices"], arrays["faces"], np.tile(np.eye(4), (3, 1, 1)))
+    squashed = arrays["vertices"].copy()
+    squashed[1, :, 2] = squashed[1, 0, 2]
+    with pytest.raises(MeshColliderError, match="frame 1: .*zero area"):
+        MeshCollider("balloon", squashed, arrays["faces"], arrays["transforms"])
+
+
+def test_a_collider_inflating_over_the_clip_pushes_the_skin_further_each_frame(tmp_path, small_model):
+    growth = [0.0, 0.0015, 0.003]       # 0.5 mm off the cheek, then 1 and 2.5 mm into it
+    arrays, vertex, normal = _inflating_sphere(small_model, growth)
+    job_files.write_animate_job(tmp_path, small_model, _neutral_contractions(small_model, len(growth)), None, {},
+                                colliders=[("balloon", arrays)])
+    code, messages, err = _run(tmp_path)
+    assert code == 0, err
+    with np.load(tmp_path / "result.npz", allow_pickle=False) as result:
+        skin, contacts, depth = result["skin_positions"], result["contacts"], result["penetration_depth_max"]
+    from solver.model_file import load_model
+    rest = load_model(small_model)["skin_vertices"][vertex]
+    pushed_in = [(rest - frame[vertex]) @ normal for frame in skin]
+    assert contacts[0] == 0 and contacts[1] > 0 and contacts[2] > contacts[1]
+    assert abs(pushed_in[0]) < 1e-4 and pushed_in[1] > 0.5e-3 and pushed_in[2] > pushed_in[1] + 1e-3, pushed_in
+    assert depth.max() <= 0.2e-3

@@ -20,7 +20,9 @@ is tested.
 """
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
@@ -141,3 +143,52 @@ def _beyond_rest(found: ContactPlanes, allowance: np.ndarray, skin_positions: np
     kept.point = kept.point - allowance[keep, None] * kept.normal
     kept.depth = np.maximum(signed[keep], 0.0)
     return kept
+
+
+LIP_VERTICES_KEYS = ("upper", "lower")
+
+
+def check_lip_vertices(upper, lower, skin_vertex_count: int, source: str = "lip vertices") -> tuple:
+    """(upper, lower) as sorted unique int64 skin-vertex indices, or ValueError naming what is
+    wrong: each a non-empty 1-D integer array within [0, skin_vertex_count), no vertex on both."""
+    checked = []
+    for key, values in zip(LIP_VERTICES_KEYS, (upper, lower)):
+        values = np.asarray(values)
+        if values.size == 0:
+            raise ValueError(f"{source}: '{key}' is empty; paint the FP_lip_{key} vertex group (weight above 0.5) "
+                             f"or delete it to find the lips automatically")
+        if values.dtype == object or values.dtype.kind not in "iu" or values.ndim != 1:
+            raise ValueError(f"{source}: '{key}' must be a 1-D array of integer skin vertex indices, got "
+                             f"{values.dtype} of shape {values.shape}")
+        if values.min() < 0 or values.max() >= skin_vertex_count:
+            raise ValueError(f"{source}: '{key}' indices must lie in [0, {skin_vertex_count - 1}] (the model's skin "
+                             f"vertices), got [{values.min()}, {values.max()}]; build the model from this mesh again")
+        checked.append(np.unique(values.astype(np.int64)))
+    both = np.intersect1d(*checked)
+    if both.size:
+        raise ValueError(f"{source}: {both.size} vertices are on both lips (first: vertex {both[0]}); take them out of "
+                         f"one of FP_lip_upper / FP_lip_lower")
+    return tuple(checked)
+
+
+def load_lip_vertices(path, skin_vertex_count: int) -> tuple:
+    """(upper, lower) skin-vertex indices from a LIPS.npz (keys ``upper``, ``lower``, read with
+    allow_pickle=False), checked by ``check_lip_vertices``: the override of the automatic lip
+    finder (``CollisionScene(lip_vertices=...)``)."""
+    path = Path(path)
+    source = f"lip vertices file {path.name}"
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            missing = [key for key in LIP_VERTICES_KEYS if key not in data.files]
+            if missing:
+                raise ValueError(f"{source}: missing arrays {missing} (found {sorted(data.files)}); save it with "
+                                 f"numpy.savez(path, upper=..., lower=...)")
+            arrays = [data[key] for key in LIP_VERTICES_KEYS]
+    except (OSError, zipfile.BadZipFile, EOFError) as error:
+        raise ValueError(f"{source}: cannot be read as a numpy .npz archive ({error})") from None
+    except ValueError as error:
+        if "pickle" in str(error).lower():
+            raise ValueError(f"{source}: it holds object (pickled) arrays, which are not loaded; save integer "
+                             f"arrays") from None
+        raise
+    return check_lip_vertices(*arrays, skin_vertex_count, source)

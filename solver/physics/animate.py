@@ -20,7 +20,8 @@ import numpy as np
 from ..npz_files import write_npz_atomically
 from ..pc2 import Pc2Writer
 from .inputs import ActivationInput, MapsInput
-from .maps import material_maps
+from .maps import (DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING,
+                   check_fat_softening, material_maps)
 from .simulator import FaceSimulator, MaterialOverrides, SimulationSettings
 
 
@@ -49,12 +50,18 @@ class AnimationResult:
                 "contacts": np.zeros(frames, np.int64) if self.contacts is None else self.contacts}
 
 
-def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float) -> MaterialOverrides:
-    """Painted per-vertex maps → per-tet plasticity, stiffness, mass and paralysis."""
+def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float,
+                        diffusion_steps: int = DEFAULT_DIFFUSION_STEPS,
+                        diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
+                        fat_softening: float = DEFAULT_FAT_SOFTENING) -> MaterialOverrides:
+    """Painted per-vertex maps → per-tet plasticity, stiffness, mass and paralysis, each map
+    diffused `diffusion_steps` times by `diffusion_time_step_m2` (maps.diffuse_skin_map)."""
+    check_fat_softening(fat_softening)      # also without maps: a bad value fails whether or not a map is painted
     if maps is None:
         return MaterialOverrides()
     material = material_maps(model, fat=maps.fat, stiffness=maps.stiffness, density=maps.density,
-                             paralysis=maps.paralysis, fat_scale=fat_scale)
+                             paralysis=maps.paralysis, fat_scale=fat_scale, steps=diffusion_steps,
+                             time_step=diffusion_time_step_m2, fat_softening=fat_softening)
     return MaterialOverrides(plastic_scale=material.plastic_scale, mu_multiplier=material.mu_multiplier,
                              lambda_multiplier=material.lambda_multiplier,
                              node_mass_multiplier=material.node_mass_multiplier,
@@ -64,14 +71,20 @@ def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float) -> M
 def animate(model, activations: ActivationInput, result_path, settings: SimulationSettings,
             maps: Optional[MapsInput] = None, fat_scale: float = 1.0,
             progress: Callable[[dict], None] = lambda event: None,
-            skin_detail: Optional[np.ndarray] = None, collisions=None) -> AnimationResult:
+            skin_detail: Optional[np.ndarray] = None, collisions=None,
+            diffusion_steps: int = DEFAULT_DIFFUSION_STEPS,
+            diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
+            fat_softening: float = DEFAULT_FAT_SOFTENING) -> AnimationResult:
     """Run every frame; `skin_detail` (T, V, 3), when given, is added to the simulated skin
     (the shape-key detail the tet mesh cannot carry, inverse/blend.py); `collisions`, when
     given, is the collision scene the skin is kept out of (simulator.FaceSimulator) — the
     written skin, detail and the projection of anchored vertices included
-    (docs/collisions.md)."""
+    (docs/collisions.md). The painted `maps` are diffused into the volume with
+    `diffusion_steps` steps of `diffusion_time_step_m2` (m²); `fat_softening` in [0, 1] is how
+    much grown fat softens (maps.fat_plasticity)."""
     result_path = Path(result_path)
-    simulator = FaceSimulator(model, settings, overrides_from_maps(model, maps, fat_scale), collisions=collisions)
+    overrides = overrides_from_maps(model, maps, fat_scale, diffusion_steps, diffusion_time_step_m2, fat_softening)
+    simulator = FaceSimulator(model, settings, overrides, collisions=collisions)
     frames = activations.frame_count
     skin_count = len(model["skin_vertices"])
     skin = np.empty((frames, skin_count, 3))

@@ -38,6 +38,10 @@ DEFAULT_DIFFUSION_TIME_STEP_M2 = 3e-6
 # level) and interpolate linearly in the growth s − 1 between them, holding 0.3 beyond.
 FAT_GROWTH_LEVELS = (0.0, 0.1, 0.2, 0.3)
 FAT_MU_MULTIPLIERS = (1.0, 0.8, 0.5, 0.3)
+# How much of that softening applies (the artist's "stiffness reduction" control): the μ
+# multiplier is 1 − f · (1 − m_paper), so 1 gives the paper's levels and 0 keeps grown tissue
+# as stiff as before; in between it blends linearly.
+DEFAULT_FAT_SOFTENING = 1.0
 
 # Zombie (paper 000 §8, Fig. 13-e): heavier cheeks for sagging flesh (density 1 → 3 g/cm³),
 # stiffer tissue round the lips and eyes so muscles cannot pull the loose flesh too far, and
@@ -177,19 +181,31 @@ class FatPlasticity:
     mu_multiplier: np.ndarray    # (M,) μ reduction for the added fat (1 where nothing grows)
 
 
-def fat_plasticity(per_tet_fat, fat_scale: float) -> FatPlasticity:
+def check_fat_softening(fat_softening) -> float:
+    """`fat_softening` as a float in [0, 1], or ValueError saying what it means."""
+    if isinstance(fat_softening, bool) or not isinstance(fat_softening, (int, float)) \
+            or not (math.isfinite(fat_softening) and 0.0 <= fat_softening <= 1.0):
+        raise ValueError(f"fat_softening must be in [0, 1] (1 = the paper's softening of grown fat, 0 = none), "
+                         f"got {fat_softening!r}")
+    return float(fat_softening)
+
+
+def fat_plasticity(per_tet_fat, fat_scale: float, fat_softening: float = DEFAULT_FAT_SOFTENING) -> FatPlasticity:
     """Plastic scale and fat softening from a per-tet fat amount in [0, 1].
 
     s_i = 1 + (S − 1) · fat_i with S = fat_scale: S > 1 fattens, S < 1 slims, fat = 0 tets
     keep their shape. μ follows `FAT_GROWTH_LEVELS` → `FAT_MU_MULTIPLIERS` in the growth
-    s_i − 1; slimming keeps μ (the paper keeps μ = 1 for slimming).
+    s_i − 1, scaled by `fat_softening` f: μ_i = 1 − f (1 − m(s_i − 1)); slimming keeps μ
+    (the paper keeps μ = 1 for slimming).
     """
     fat = _check_per_tet("per_tet_fat", per_tet_fat, unit_interval=True)
     if not (math.isfinite(fat_scale) and fat_scale > 0.0):
         raise ValueError(f"fat_scale must be > 0 (1 = unchanged, > 1 fattens, < 1 slims), got {fat_scale!r}")
+    softening = check_fat_softening(fat_softening)
     plastic_scale = 1.0 + (fat_scale - 1.0) * fat
     growth = np.maximum(plastic_scale - 1.0, 0.0)
-    return FatPlasticity(plastic_scale, np.interp(growth, FAT_GROWTH_LEVELS, FAT_MU_MULTIPLIERS))
+    paper = np.interp(growth, FAT_GROWTH_LEVELS, FAT_MU_MULTIPLIERS)
+    return FatPlasticity(plastic_scale, 1.0 - softening * (1.0 - paper))
 
 
 @dataclass(frozen=True)
@@ -243,12 +259,14 @@ class MaterialMaps:
 
 def material_maps(model, fat=None, stiffness=None, density=None, paralysis=None, fat_scale: float = 1.0,
                   steps: int = DEFAULT_DIFFUSION_STEPS,
-                  time_step: float = DEFAULT_DIFFUSION_TIME_STEP_M2) -> MaterialMaps:
+                  time_step: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
+                  fat_softening: float = DEFAULT_FAT_SOFTENING) -> MaterialMaps:
     """Diffuse the given per-skin-vertex maps (any may be None) and turn them into material.
 
     Fat and paralysis diffuse toward 0, stiffness and density toward 1 (unpainted tissue is
     unchanged). Diffusion conserves the mass-weighted integral and does not create extrema,
-    so the per-tet values stay in the ranges the skin values were in.
+    so the per-tet values stay in the ranges the skin values were in. `steps` and
+    `time_step` (m²) are the diffusion of every map; `fat_softening` see `fat_plasticity`.
     """
     tet_count = len(model["tets"])
     painted = any(values is not None for values in (fat, stiffness, density, paralysis))
@@ -259,7 +277,7 @@ def material_maps(model, fat=None, stiffness=None, density=None, paralysis=None,
             return np.full(tet_count, float(background))
         return diffuse_skin_map(model, values, steps, time_step, background, laplacian)
 
-    fat_effect = fat_plasticity(np.clip(per_tet(fat, 0.0), 0.0, 1.0), fat_scale)
+    fat_effect = fat_plasticity(np.clip(per_tet(fat, 0.0), 0.0, 1.0), fat_scale, fat_softening)
     lame = stiffness_multiplier(per_tet(stiffness, 1.0), fat_effect.mu_multiplier)
     return MaterialMaps(
         plastic_scale=fat_effect.plastic_scale,
