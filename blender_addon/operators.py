@@ -459,9 +459,10 @@ def fit_shape_selection(obj, scope: str, shapes_text: str = "") -> Optional[List
     return names
 
 
-def start_fit_job(operator, context, obj, scope: str, shapes_text: str = ""):
-    """Export the rig and start the fit job (shared by the operator and the tests). Nothing in
-    the scene changes here; the operator applies the fit only when the job succeeded."""
+def start_fit_job(operator, context, obj, scope: str, shapes_text: str = "", processes: Optional[int] = None):
+    """Export the rig and start the fit job (shared by the operator, the farm fit and the tests);
+    `processes` defaults to the panel's Processes. Nothing in the scene changes here: `apply_fit`
+    applies the fit only when the job succeeded."""
     bake.fit_path(obj)   # fails early, with the reason, when the .blend is unsaved
     if _report_findings(operator, _fit_preflight(context, obj)):
         return None
@@ -474,11 +475,21 @@ def start_fit_job(operator, context, obj, scope: str, shapes_text: str = ""):
     # Fitting some shapes keeps the others of the current fit; fitting all starts afresh.
     previous = fit_file(obj) if names is not None else ""
     job_dir = job_files.new_job_folder()
-    job_files.write_fit_job(job_dir, model_file(obj), rig, names, obj.face_physics.fit_processes,
+    job_files.write_fit_job(job_dir, model_file(obj), rig, names,
+                            obj.face_physics.fit_processes if processes is None else processes,
                             previous_fit=previous or None)
     count = len(rig["shape_key_names"]) if names is None else len(names)
     return Job(f"fit {count} shape key{'s' * (count != 1)}",
                solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+
+
+def apply_fit(obj, job) -> None:
+    """Put a succeeded fit job's FIT.npz beside the .blend (`face_physics/<blend>_<object>_fit.npz`)
+    and fill the Fit list's errors from it (the Fit operator's and the farm fit's last step)."""
+    destination = bake.fit_path(obj)
+    job_files.install_file(job.job_dir / job_files.FIT_FILE, destination)
+    obj.face_physics.fit_path = bake.relative(destination)
+    refresh_fit_list(obj)
 
 
 class FACE_PHYSICS_OT_fit(_SolverJobOperator, bpy.types.Operator):
@@ -510,11 +521,7 @@ class FACE_PHYSICS_OT_fit(_SolverJobOperator, bpy.types.Operator):
         return start_fit_job(self, context, obj, self.scope, self.shapes)
 
     def apply(self, context, job):
-        obj = bpy.data.objects[self._object_name]
-        destination = bake.fit_path(obj)
-        job_files.install_file(job.job_dir / job_files.FIT_FILE, destination)
-        obj.face_physics.fit_path = bake.relative(destination)
-        refresh_fit_list(obj)
+        apply_fit(bpy.data.objects[self._object_name], job)
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'shape keys fitted')}")
 
 

@@ -185,6 +185,75 @@ def test_the_farm_bake_command_bakes_a_saved_file_headless(scene, tmp_path):
     assert len(positions) == FRAMES[1] - FRAMES[0] + 1 and start == FRAMES[0]
 
 
+_READ_SAVED_FIT = """
+import pickle, sys
+import bpy
+import addon_utils  # only importable once bpy is
+blend, name, out = sys.argv[1:4]
+sys.path[:0] = ["tests", "."]
+bpy.ops.wm.open_mainfile(filepath=blend)
+addon_utils.enable("blender_addon", default_set=True, handle_error=None)
+from test_addon_blender import _user_data
+obj = bpy.data.objects[name]
+settings = obj.face_physics
+rows = {item.name: (item.fitted, [item.error_mean_mm, item.error_p95_mm, item.error_max_mm], item.worst)
+        for item in settings.fit_shapes}
+with open(out, "wb") as stream:
+    pickle.dump({"fit_path": settings.fit_path, "model_path": settings.model_path, "rows": rows,
+                 "user_data": _user_data(obj)}, stream)
+"""
+
+
+def _saved_fit_state(blend, object_name, tmp_path) -> dict:
+    """The object's fit path, Fit list and user data as saved in `blend`, read by a child Python
+    (this process keeps the module's scene open)."""
+    import pickle
+    out = tmp_path / "saved.pickle"
+    child = subprocess.run([sys.executable, "-c", _READ_SAVED_FIT, str(blend), object_name, str(out)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    return pickle.loads(out.read_bytes())
+
+
+def _farm_fit(*arguments):
+    return subprocess.run([sys.executable, "-m", "blender_addon.cli", "fit", *map(str, arguments),
+                           "--solver-python", sys.executable], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_the_farm_fit_command_fits_and_saves_a_file_for_a_later_farm_bake(scene, tmp_path):
+    obj = scene["object"]
+    bpy.ops.wm.save_mainfile()
+    # A copy beside scene.blend shares its model (the //face_physics/ path); the fit is its own.
+    blend = scene["folder"] / "farm_fit.blend"
+    bpy.ops.wm.save_as_mainfile(filepath=str(blend), copy=True)
+    fit = scene["folder"] / "face_physics" / f"farm_fit_{obj.name}_fit.npz"
+    kept = {item.name for item in obj.face_physics.fit_shapes if item.fitted}    # an earlier fit keeps these
+    unbuilt = scene["unbuilt"]
+    originals = {path: path.read_bytes() for path in (blend, unbuilt)}
+    failures = [(_farm_fit(blend, "--shapes", "mouthSmile_L,noSuchShape"), "noSuchShape: not shape keys of"),
+                (_farm_fit(blend, "--object", "Nobody"), "Nobody: no such object"),
+                (_farm_fit(unbuilt), "no object has a Face Physics model")]
+    for run, message in failures:
+        assert run.returncode != 0 and message in run.stderr, run.stdout + run.stderr
+        assert "Traceback" not in run.stderr
+    assert {path: path.read_bytes() for path in originals} == originals and not fit.exists()
+
+    run = _farm_fit(blend, "--shapes", "mouthSmile_L", "--jobs", "1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"fitting {obj.name}" in run.stdout
+    assert any(line.startswith("  mouthSmile_L: ") and "error mean" in line for line in run.stdout.splitlines())
+    saved = _saved_fit_state(blend, obj.name, tmp_path)
+    assert saved["fit_path"] == f"//face_physics/farm_fit_{obj.name}_fit.npz" and fit.is_file()
+    assert saved["model_path"] == obj.face_physics.model_path
+    rows = saved["rows"]
+    assert {name for name, row in rows.items() if row[0]} == kept | {"mouthSmile_L"}
+    with np.load(fit, allow_pickle=False) as arrays:
+        for name, errors in zip(arrays["shape_key_names"], arrays["fit_error_mm"]):
+            np.testing.assert_allclose(rows[str(name)][1], errors, rtol=1e-6)
+    assert rows["mouthSmile_L"][1][0] < 1.0 and [row[2] for row in rows.values()].count(True) == 1
+    assert saved["user_data"] == scene["user_data"]
+
+
 def test_cancel_during_a_bake_leaves_the_scene_unchanged(scene):
     from blender_addon import operators
     obj = scene["object"]
