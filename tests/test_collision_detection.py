@@ -13,7 +13,7 @@ from solver.collisions.detection import (SurfaceQuery, closed_penetrations, insi
                                         patch_penetrations)
 from solver.collisions.lips import barycentric_weights
 from solver.collisions.lips import find_lip_surfaces, lip_vertices_from_groups
-from solver.collisions.teeth import landmark_arch_proxy, teeth_proxies
+from solver.collisions.teeth import TeethCollider, TeethProxy, landmark_arch_proxy, teeth_proxies
 from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree, icosphere, vertex_normals
 
 IDENTITY = BonePose(skull=np.eye(4), jaw=np.eye(4), frame=0)
@@ -345,6 +345,46 @@ def test_lower_lip_moved_up_through_the_upper_lip_is_detected(small_demo_model, 
     assert contacts.depth[through_upper].max() < 0.0035
     measure = demo_scene.measure(skin, IDENTITY)
     assert measure.per_collider["upper_lip"] == len(np.unique(contacts.vertex[through_upper]))
+
+
+def box_teeth(region_faces=("front", "bottom")):
+    """A 20 × 10 × 5 mm box as a lower-teeth proxy (x sideways, y up, z forward): its labial
+    region is the front face (z = 5 mm), its biting edge the bottom face (y = 0)."""
+    corners = np.array([[x, y, z] for x in (-0.01, 0.01) for y in (0.0, 0.01) for z in (0.0, 0.005)])
+    quads = {"back": (0, 2, 6, 4), "front": (1, 5, 7, 3), "bottom": (0, 4, 5, 1), "top": (2, 3, 7, 6),
+             "left": (0, 1, 3, 2), "right": (4, 6, 7, 5)}
+    triangles, region = [], []
+    for name, (a, b, c, d) in quads.items():
+        if name in region_faces:
+            region += [len(triangles), len(triangles) + 1]
+        triangles += [(a, b, c), (a, c, d)]
+    proxy = TeethProxy(name="lower_teeth", vertices=corners, triangles=np.array(triangles), region=np.array(region),
+                       bone="jaw", source="test box")
+    assert proxy.volume.is_closed and signed_volume(proxy.vertices, proxy.triangles) > 0
+    return TeethCollider(proxy)
+
+
+def test_a_vertex_that_went_through_the_teeth_gets_a_plane_on_the_side_it_came_from():
+    teeth, mm = box_teeth(), 1e-3
+    before = np.array([[0.0, 5, 10], [0.0, 2, 7], [0.0, 5, 10], [0.0, 5, 10], [0.0, 5, 5.6]]) * mm
+    after = np.array([[0.0, 5, -5],             # straight through, out of the back: behind the teeth
+                      [0.0, -3, 1],             # in at the front, out at the biting edge: round the edge
+                      [0.0, 5, 3],              # ends inside: detection finds it there
+                      [0.0, 25, -5],            # passes above the teeth
+                      [0.0, 5, 5.2]]) * mm      # 0.4 mm: too short to have passed through
+    crossed = teeth.crossings(before, IDENTITY, after, IDENTITY, collider_index=1)
+    assert crossed.vertex.tolist() == [0]
+    assert np.allclose(crossed.point, [[0.0, 5 * mm, 5 * mm]]) and np.allclose(crossed.normal, [[0.0, 0.0, 1.0]])
+    assert crossed.depth == pytest.approx([10 * mm]) and crossed.collider.tolist() == [1]
+    assert teeth.detect(after, IDENTITY, 1).vertex.tolist() == [2]      # the one inside; vertex 0 it cannot see
+    # The teeth moving through a still vertex (a jaw thrust forward in one frame): the plane is
+    # on the front face where the teeth are now.
+    thrust = np.eye(4)
+    thrust[2, 3] = 12 * mm
+    still = np.array([[0.0, 5, 7]]) * mm
+    moved = teeth.crossings(still, IDENTITY, still, BonePose(skull=np.eye(4), jaw=thrust, frame=1), collider_index=1)
+    assert moved.vertex.tolist() == [0]
+    assert np.allclose(moved.point, [[0.0, 5 * mm, 17 * mm]]) and moved.depth == pytest.approx([10 * mm])
 
 
 def test_teeth_move_with_their_bones(small_demo_model, demo_scene):

@@ -51,7 +51,7 @@ pytestmark = pytest.mark.slow
 
 MM = 1e3
 MAX_DEPTH = 0.2e-3          # m: the bound on any penetration
-MAX_BEHIND = 0.2e-3         # m: how far a lip vertex may move behind the front of the teeth
+MAX_BEHIND = 0.2e-3         # m: how far a lip vertex may move behind the front of a teeth row
 MAX_VOLUME_CHANGE = 0.02
 # The test animation: the jaw opens under mouthClose, then closes with mouthClose held on
 # (weights where the blended activations stay positive definite: jawOpen ≥ 0.6 with

@@ -271,6 +271,43 @@ class _WedgedLipVertex:
         return 0.0, 0
 
 
+class _BoxTeethScene:
+    """The box teeth of test_collision_detection.box_teeth as a scene (names, colliders, detect, crossings)."""
+
+    def __init__(self):
+        from test_collision_detection import box_teeth
+        self.colliders = [box_teeth()]
+        self.names = ["lower_teeth"]
+
+    def detect(self, skin, pose, margin=0.0):
+        return self.colliders[0].detect(skin, pose, 0, margin=margin)
+
+    def crossings(self, skin_before, pose_before, skin_after, pose_after):
+        return self.colliders[0].crossings(skin_before, pose_before, skin_after, pose_after, 0)
+
+    def measure(self, skin, pose):
+        planes = self.detect(skin, pose)
+        return float(planes.depth.max(initial=0.0)), len(np.unique(planes.vertex))
+
+
+def test_the_display_projection_catches_an_offset_that_carries_a_vertex_through_the_teeth():
+    """Detection looks for vertices inside a collider; one that the display offset (the
+    shape-key detail residual, several millimetres on ICT) carries all the way through the
+    teeth is not inside. The display projection puts it back on the front of the teeth."""
+    mm = 1e-3
+    skin = np.array([[0.0, 5, 10], [8.0, 5, 12], [0.0, 5, 20], [-8.0, 5, 12]]) * mm
+    embedding = SkinEmbedding(vertex_tet=np.zeros(4, np.int64), nodes=np.array([[v, 0, 0, 0] for v in range(4)]),
+                              weights=np.tile([1.0, 0.0, 0.0, 0.0], (4, 1)), node_count=4)
+    response = ContactResponse(_BoxTeethScene(), embedding, np.ones(4), np.ones(4, bool), margin=0.0)
+    rest = BonePose(np.eye(4), np.eye(4), 0)
+    offset = np.zeros((4, 3))
+    offset[0] = [0.0, 0.0, -15 * mm]            # from 5 mm in front of the teeth to 10 mm behind them
+    assert response.collisions.detect(skin + offset, rest).count == 0
+    correction = response.project_displayed(skin.reshape(-1), rest, offset)
+    assert np.allclose(skin[0] + offset[0] + correction[0], [0.0, 5 * mm, 5 * mm])
+    assert np.allclose(correction[1:], 0.0)
+
+
 def test_the_display_projection_moves_the_other_lip_away_from_a_vertex_the_teeth_hold():
     """A lower-lip vertex 0.3 mm inside the upper teeth, with the upper lip dipping 0.1 mm below
     the teeth's surface: moved out of the teeth it lies inside the upper lip, and moved out of

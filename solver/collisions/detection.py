@@ -210,7 +210,8 @@ def _refit_surface(vertices, slot_triangles, node_first_child, node_start, node_
             node_upper[node, axis] = high
 
 
-def _unit_rows(vectors):
+def unit_rows(vectors):
+    """Each row scaled to unit length (zero rows stay zero)."""
     length = np.linalg.norm(vectors, axis=-1, keepdims=True)
     return np.divide(vectors, length, out=np.zeros_like(vectors), where=length > 0)
 
@@ -325,7 +326,7 @@ def plane_normals(points, closest, pseudo_normal):
     outward = (np.einsum("ij,ij->i", push, pseudo_normal) > 0) & (length > 1e-12)
     normal = pseudo_normal.copy()
     normal[outward] = push[outward] / length[outward, None]
-    return _unit_rows(normal)
+    return unit_rows(normal)
 
 
 @njit(cache=True, fastmath=False)
@@ -432,7 +433,7 @@ def closed_penetrations(volume: SurfaceQuery, region: SurfaceQuery | None, point
     else:
         closest, pseudo, found = hit.closest[index], hit.normal[index], np.ones(len(index), bool)
     normal = np.zeros_like(inner)
-    normal[found] = (_unit_rows(pseudo[found]) if surface_normals
+    normal[found] = (unit_rows(pseudo[found]) if surface_normals
                      else plane_normals(inner[found], closest[found], pseudo[found]))
     signed_depth = np.einsum("ij,ij->i", normal, closest - inner)
     if margin > 0.0:
@@ -465,7 +466,7 @@ def patch_hits(region: SurfaceQuery, points, max_depth: float, border_cone_cos: 
     if len(index) == 0:
         return Penetrations.empty(), np.zeros(0, np.int64)
     inner, closest = points[index], hit.closest[index]
-    normal = _unit_rows(hit.normal[index]) if surface_normals else plane_normals(inner, closest, hit.normal[index])
+    normal = unit_rows(hit.normal[index]) if surface_normals else plane_normals(inner, closest, hit.normal[index])
     depth = np.maximum(np.einsum("ij,ij->i", normal, closest - inner), 0.0)
     return Penetrations(index.astype(np.int64), closest, normal, depth), hit.triangle[index].astype(np.int64)
 

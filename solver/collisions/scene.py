@@ -117,6 +117,21 @@ class CollisionScene:
             parts.append(found)
         return ContactPlanes.concatenate(parts)
 
+    def crossings(self, skin_before: np.ndarray, pose_before: BonePose, skin_after: np.ndarray,
+                  pose_after: BonePose) -> ContactPlanes:
+        """Planes for the lip vertices that passed through a teeth proxy between two states
+        and ended behind it (``TeethCollider.crossings``), with the rest allowance of
+        ``detect``."""
+        parts = []
+        for index, collider in enumerate(self.colliders[:self._own_count]):
+            if not isinstance(collider, TeethCollider):
+                continue
+            found = collider.crossings(skin_before, pose_before, skin_after, pose_after, index)
+            if found.count:
+                found = _beyond_rest(found, self.allowance[index][found.vertex], np.asarray(skin_after))
+            parts.append(found)
+        return ContactPlanes.concatenate(parts)
+
     def measure(self, skin_positions: np.ndarray, pose: BonePose) -> CollisionMeasure:
         """Deepest penetration (m), penetrating skin vertices, and their count per collider."""
         contacts = self.detect(skin_positions, pose)

@@ -50,11 +50,12 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from ..geometry import ClosestPointTree, WindingNumberTree, triangle_normals_areas, vertex_normals
+from ..geometry.mesh_ops import first_ray_hits
 from ..model_builder.tetmesh import bcc_lattice
 from ..model_file import model_landmarks
 from .contacts import BonePose, ContactPlanes
 from .detection import (ClearanceGrid, SurfaceQuery, apply_transform, candidates_in_box, closed_penetrations,
-                        inside_closed, rigid_inverse, rotate, transformed_box)
+                        inside_closed, rigid_inverse, rotate, transformed_box, unit_rows)
 
 DEFAULT_PAD = 1.0e-3
 DEFAULT_SPACING = 2.5e-3
@@ -78,6 +79,9 @@ COVER_ROUNDS = 4
 # served by the grid; a larger one walks every point in the proxy's box).
 CLEARANCE_CELL = 2.0e-3
 CLEARANCE_REACH = 2.0e-3
+# A skin vertex that moves less than this relative to a proxy cannot have passed through it
+# (the padded proxies are several millimetres thick): ``TeethCollider.crossings`` skips it.
+MIN_CROSSING_MOVE = 5e-4
 
 # Labial region: outward normal within ~70° of the arch's outward (radial) direction.
 LABIAL_MIN_COSINE = 0.35
@@ -114,6 +118,8 @@ class TeethProxy:
     def __post_init__(self):
         self.volume = SurfaceQuery(self.vertices, self.triangles)
         self.region_query = SurfaceQuery(self.vertices, self.triangles[self.region])
+        self.in_region = np.zeros(len(self.triangles), bool)
+        self.in_region[self.region] = True
         self.max_inner_depth = _deepest_inside(self.volume)
         self.clearance = ClearanceGrid(self.volume, CLEARANCE_CELL, reach=CLEARANCE_REACH)
 
@@ -564,6 +570,61 @@ class TeethCollider:
         """(vertices, triangles) of the proxy in the pose's world frame."""
         transform = self.transform(pose)
         return self.proxy.vertices @ transform[:3, :3].T + transform[:3, 3], self.proxy.triangles
+
+    def crossings(self, skin_before: np.ndarray, pose_before: BonePose, skin_after: np.ndarray,
+                  pose_after: BonePose, collider_index: int) -> ContactPlanes:
+        """Planes for the tested skin vertices whose path from `skin_before` (posed by
+        `pose_before`) to `skin_after` (`pose_after`), seen from the proxy, entered it through
+        its labial projection region and left it through the mouth side (outside the region). The plane lies on
+        the triangle the path entered by (outward normal), its depth is how far behind that
+        plane the vertex ended.
+
+        Why: ``detect`` finds vertices *inside* the proxy, and a vertex that went all the way
+        through is not. On ICT's lip animation the shape-key detail residual, added to the
+        solved skin for display, carried lip vertices 6 mm through the upper teeth into the
+        mouth; the display projection asks this for that offset (solved skin against displayed
+        skin, same pose). Between two poses it also finds the teeth passing through a vertex
+        (a jaw thrust forward in one frame carried the lower incisors through the upper lip
+        there); the solver does not use that: planes of such depth — a whole tooth — made
+        that frame fail to converge."""
+        tested = (np.arange(len(skin_after)) if self.tested_vertices is None else self.tested_vertices)
+        before = apply_transform(np.asarray(skin_before, dtype=np.float64)[tested],
+                                 rigid_inverse(self.transform(pose_before)))
+        transform = self.transform(pose_after)
+        after = apply_transform(np.asarray(skin_after, dtype=np.float64)[tested], rigid_inverse(transform))
+        move = after - before
+        volume = self.proxy.volume
+        reaches = ((np.minimum(before, after) <= volume.upper) & (np.maximum(before, after) >= volume.lower)).all(axis=1)
+        candidate = np.flatnonzero(reaches & (np.linalg.norm(move, axis=1) > MIN_CROSSING_MOVE))
+        if len(candidate):
+            # A path that starts or ends inside is detection's: it finds the vertex there.
+            candidate = candidate[~(self.proxy.contains(before[candidate]) | self.proxy.contains(after[candidate]))]
+        if not len(candidate):
+            return ContactPlanes.empty()
+        fraction, triangle, _ = first_ray_hits(self.proxy.vertices, self.proxy.triangles, before[candidate],
+                                               move[candidate])
+        entered = (fraction <= 1.0) & (triangle >= 0)
+        entered[entered] = self.proxy.in_region[triangle[entered]]
+        if not entered.any():
+            return ContactPlanes.empty()
+        candidate, fraction, triangle = candidate[entered], fraction[entered], triangle[entered]
+        # Only a path that leaves through the mouth side ended behind the teeth: one that
+        # leaves through the labial region or the biting edge cut a corner of the proxy
+        # between two frames (a lip rolling over the incisal edge), which a straight chord
+        # does not tell from going through.
+        _, exit_triangle, _ = first_ray_hits(self.proxy.vertices, self.proxy.triangles, after[candidate],
+                                             -move[candidate])
+        behind = (exit_triangle >= 0) & ~self.proxy.in_region[np.maximum(exit_triangle, 0)]
+        if not behind.any():
+            return ContactPlanes.empty()
+        candidate, fraction, triangle = candidate[behind], fraction[behind], triangle[behind]
+        corners = self.proxy.vertices[self.proxy.triangles[triangle]]
+        normal = unit_rows(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]))
+        point = before[candidate] + fraction[:, None] * move[candidate]
+        depth = np.einsum("cd,cd->c", normal, point - after[candidate])
+        return ContactPlanes(vertex=tested[candidate], point=apply_transform(point, transform),
+                             normal=rotate(normal, transform), depth=np.maximum(depth, 0.0),
+                             collider=np.full(len(candidate), collider_index, np.int64))
 
     def detect(self, skin_positions: np.ndarray, pose: BonePose, collider_index: int,
                margin: float = 0.0) -> ContactPlanes:

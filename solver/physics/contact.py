@@ -664,6 +664,14 @@ class ContactResponse:
         skin = self.displayed_skin(x, skin_offset)
         correction = np.zeros_like(skin)
         held_by_rigid = np.zeros(len(skin), bool)
+        if skin_offset is not None and hasattr(self.collisions, "crossings"):
+            # An offset of several millimetres can carry a vertex through the teeth, past
+            # where the passes below look (they find vertices inside): back onto the plane of
+            # the labial triangle its offset crossed.
+            crossed = self.collisions.crossings(self.embedding.skin_positions(x), pose, skin, pose)
+            chosen = _deepest_per_key(crossed.vertex, crossed.depth)
+            correction[crossed.vertex[chosen]] += crossed.depth[chosen, None] * crossed.normal[chosen]
+            held_by_rigid[crossed.vertex[chosen]] = True
         for _ in range(PROJECTION_PASSES):
             planes = self.collisions.detect(skin + correction, pose)
             inside = planes.depth > self.tolerance
