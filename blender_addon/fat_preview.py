@@ -11,6 +11,8 @@ from __future__ import annotations
 import bpy
 import numpy as np
 
+from .child_objects import attach_child, find_child, remove_child
+
 PREVIEW_TAG = "face_physics_fat_preview_of"
 PREVIEW_SUFFIX = " FP fat preview"
 # The gap between the skin and its preview, as a fraction of the skin's width.
@@ -22,10 +24,7 @@ def preview_name(obj) -> str:
 
 
 def find_preview(obj):
-    for child in obj.children:
-        if child.get(PREVIEW_TAG) == obj.name:
-            return child
-    return None
+    return find_child(obj, PREVIEW_TAG)
 
 
 def _polygons(mesh) -> list:
@@ -53,22 +52,11 @@ def show_preview(obj, local_positions: np.ndarray):
     source.polygons.foreach_get("use_smooth", smooth)
     mesh.polygons.foreach_set("use_smooth", smooth)
     mesh.update()
-    preview = bpy.data.objects.new(preview_name(obj), mesh)
-    preview[PREVIEW_TAG] = obj.name
-    for collection in obj.users_collection:
-        collection.objects.link(preview)
-    preview.parent = obj
-    preview.matrix_parent_inverse.identity()
+    preview = attach_child(obj, bpy.data.objects.new(preview_name(obj), mesh), PREVIEW_TAG)
     width = float(np.ptp(local_positions[:, 0])) if len(local_positions) else 0.0
     preview.location = ((1.0 + SIDE_GAP) * width, 0.0, 0.0)
-    preview.hide_select = True
     return preview
 
 
 def remove_preview(obj) -> None:
-    preview = find_preview(obj)
-    if preview is not None:
-        mesh = preview.data
-        bpy.data.objects.remove(preview)
-        if mesh.users == 0:
-            bpy.data.meshes.remove(mesh)
+    remove_child(obj, PREVIEW_TAG)

@@ -11,15 +11,14 @@ import colorsys
 import bpy
 import numpy as np
 
+from .child_objects import attach_child, find_child, remove_child
+
 OVERLAY_TAG = "face_physics_overlay_of"
 _TET_FACES = np.array([[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]])
 
 
 def find_overlay(obj):
-    for child in obj.children:
-        if child.get(OVERLAY_TAG) == obj.name:
-            return child
-    return None
+    return find_child(obj, OVERLAY_TAG)
 
 
 def muscle_surface(model_path, metres_per_unit: float):
@@ -64,20 +63,10 @@ def create_overlay(obj):
     palette = np.array([_colour(name, names) for name in names], dtype=np.float32)
     colours.data.foreach_set("color", np.repeat(palette[labels], 3, axis=0).ravel())
     overlay = bpy.data.objects.new(f"{obj.name} muscles", mesh)
-    overlay[OVERLAY_TAG] = obj.name
-    for collection in obj.users_collection:
-        collection.objects.link(overlay)
-    overlay.parent = obj
-    overlay.matrix_parent_inverse.identity()
+    attach_child(obj, overlay, OVERLAY_TAG)
     overlay.show_in_front = True
-    overlay.hide_select = True
     return overlay
 
 
 def remove_overlay(obj) -> None:
-    overlay = find_overlay(obj)
-    if overlay is not None:
-        mesh = overlay.data
-        bpy.data.objects.remove(overlay)
-        if mesh.users == 0:
-            bpy.data.meshes.remove(mesh)
+    remove_child(obj, OVERLAY_TAG)

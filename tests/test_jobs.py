@@ -354,16 +354,22 @@ def test_sigterm_stops_a_parallel_fit_and_its_workers_and_keeps_the_earlier_fit(
     assert not [pid for pid in workers if _alive(pid)], "fit worker processes outlived the cancelled job"
 
 
-def _cheek_sphere(model_path, frames, radius=0.01):
-    """MESH.npz arrays of a sphere moving into the left cheek: 0.5 mm off, then 1 and 2 mm in."""
-    from solver.geometry import icosphere, vertex_normals
+def _left_cheek(model_path):
+    """(rest skin, the skin vertex between the left cheekbone and mouth corner, its normal)."""
+    from solver.geometry import vertex_normals
     from solver.model_file import load_model, model_landmarks
     model = load_model(model_path)
     skin = model["skin_vertices"]
     landmarks = model_landmarks(model)
     vertex = int(np.argmin(np.linalg.norm(skin - 0.5 * (landmarks["cheekbone_L"] + landmarks["mouth_corner_L"]),
                                           axis=1)))
-    normal = vertex_normals(skin, model["skin_triangles"])[vertex]
+    return skin, vertex, vertex_normals(skin, model["skin_triangles"])[vertex]
+
+
+def _cheek_sphere(model_path, frames, radius=0.01):
+    """MESH.npz arrays of a sphere moving into the left cheek: 0.5 mm off, then 1 and 2 mm in."""
+    from solver.geometry import icosphere
+    skin, vertex, normal = _left_cheek(model_path)
     vertices, faces = icosphere(2, radius)
     transforms = np.tile(np.eye(4), (frames, 1, 1))
     for frame, depth in enumerate(np.linspace(-0.0005, 0.002, frames)):
@@ -548,14 +554,8 @@ def _inflating_sphere(model_path, growth, radius=0.01):
     """MESH.npz arrays of a sphere beside the left cheek whose vertices (T, V, 3) grow by
     `growth` (m) per frame about a fixed centre, 0.5 mm off the skin at growth 0; identity
     transforms (the vertices are in the world already)."""
-    from solver.geometry import icosphere, vertex_normals
-    from solver.model_file import load_model, model_landmarks
-    model = load_model(model_path)
-    skin = model["skin_vertices"]
-    landmarks = model_landmarks(model)
-    vertex = int(np.argmin(np.linalg.norm(skin - 0.5 * (landmarks["cheekbone_L"] + landmarks["mouth_corner_L"]),
-                                          axis=1)))
-    normal = vertex_normals(skin, model["skin_triangles"])[vertex]
+    from solver.geometry import icosphere
+    skin, vertex, normal = _left_cheek(model_path)
     unit, faces = icosphere(2, 1.0)
     centre = skin[vertex] + normal * (radius + 0.0005)
     vertices = np.stack([centre + unit * (radius + extra) for extra in growth])
