@@ -24,6 +24,10 @@ if str(ROOT) not in sys.path:
 ADDON = "blender_addon"
 FRAMES = (1, 5)
 MIDDLE_FRAME = 3
+# The issue's acceptance clip: 24 frames of keyed shape keys with a fat map, left palsy and a
+# collider, compared with the solver at frame 12.
+CLIP = (1, 24)
+CLIP_MIDDLE = 12
 
 
 def _preferences():
@@ -161,12 +165,12 @@ def test_bake_to_pc2_then_shape_keys_matches_the_solver(scene, monkeypatch, tmp_
     assert _user_data(obj) == scene["user_data"]
 
 
-def _assert_shape_key_bake_matches(obj, expected):
+def _assert_shape_key_bake_matches(obj, expected, frames=FRAMES, middle=MIDDLE_FRAME):
     assert "Face Physics cache" not in obj.modifiers
     baked = [b.name for b in obj.data.shape_keys.key_blocks if b.name.startswith("FP bake ")]
-    assert baked == [f"FP bake {frame:04d}" for frame in range(FRAMES[0], FRAMES[1] + 1)]
-    for frame in (FRAMES[0], MIDDLE_FRAME, FRAMES[1]):
-        np.testing.assert_allclose(_evaluated_metres(obj, frame), expected[frame - FRAMES[0]], atol=1e-5)
+    assert baked == [f"FP bake {frame:04d}" for frame in range(frames[0], frames[1] + 1)]
+    for frame in (frames[0], middle, frames[1]):
+        np.testing.assert_allclose(_evaluated_metres(obj, frame), expected[frame - frames[0]], atol=1e-5)
 
 
 def test_the_farm_bake_command_bakes_a_saved_file_headless(scene, tmp_path):
@@ -384,7 +388,7 @@ def _key_shape_keys(obj):
     """mouthSmile_L 0 → 1 and jawOpen 0 → 0.15 over the frames, in the user's own shape-key action."""
     blocks = obj.data.shape_keys.key_blocks
     for name, (start, end) in KEYED:
-        for frame, value in ((FRAMES[0], start), (FRAMES[1], end)):
+        for frame, value in ((CLIP[0], start), (CLIP[1], end)):
             blocks[name].value = value
             blocks[name].keyframe_insert("value", frame=frame)
 
@@ -393,8 +397,8 @@ def _unkey_shape_keys(obj):
     """Back to the fixture's animation: only jawOpen keyed at 0 on the first frame."""
     blocks = obj.data.shape_keys.key_blocks
     for name, _ in KEYED:
-        for frame in FRAMES:
-            if (name, frame) != ("jawOpen", FRAMES[0]):
+        for frame in CLIP:
+            if (name, frame) != ("jawOpen", CLIP[0]):
                 blocks[name].keyframe_delete("value", frame=frame)
         blocks[name].value = 0.0
 
@@ -410,7 +414,7 @@ def _cheek_sphere(obj, radius=0.01):
     bpy.ops.mesh.primitive_uv_sphere_add(radius=radius, segments=24, ring_count=12)
     sphere = bpy.context.active_object
     sphere.name = "finger"
-    for frame, depth in ((FRAMES[0], -0.0005), (FRAMES[1], 0.002)):
+    for frame, depth in ((CLIP[0], -0.0005), (CLIP[1], 0.002)):
         sphere.location = rest[vertex] + normals[vertex] * (radius - depth)
         sphere.keyframe_insert("location", frame=frame)
     bpy.context.view_layer.objects.active = obj
@@ -424,11 +428,13 @@ def test_bake_from_keyed_shape_keys_with_maps_and_a_collider_matches_the_solver(
     obj.animation_data_clear()                 # the earlier tests' muscle keyframes: only shape keys drive now
     for muscle in settings.muscles:
         muscle.contraction = 1.0
+    scene_range = bpy.context.scene.frame_start, bpy.context.scene.frame_end
     _key_shape_keys(obj)
     try:
         _bake_the_keyed_shape_keys(obj, monkeypatch, tmp_path, capfd)
     finally:
         _unkey_shape_keys(obj)
+        bpy.context.scene.frame_start, bpy.context.scene.frame_end = scene_range
     assert _user_data(obj) == scene["user_data"]
 
 
@@ -439,8 +445,8 @@ def _bake_the_keyed_shape_keys(obj, monkeypatch, tmp_path, capfd):
     settings.teeth_contact, settings.lip_contact = True, False
     settings.fat_group, settings.fat_scale = "cheek fat", 1.2
     assert bpy.ops.face_physics.palsy_preset(side='LEFT') == {'FINISHED'}
-    bpy.context.scene.frame_start, bpy.context.scene.frame_end = FRAMES
-    bpy.context.scene.frame_set(MIDDLE_FRAME)
+    bpy.context.scene.frame_start, bpy.context.scene.frame_end = CLIP
+    bpy.context.scene.frame_set(CLIP_MIDDLE)
     user_data = _user_data(obj)
     capfd.readouterr()
 
@@ -454,31 +460,31 @@ def _bake_the_keyed_shape_keys(obj, monkeypatch, tmp_path, capfd):
     assert written["settings"]["collisions"] == ["teeth"] and written["settings"]["detail"] is True
     with np.load(Path(job) / "weights.npz", allow_pickle=False) as weights:
         columns = dict(zip(weights["names"], weights["weights"].T))
-    for frame in range(FRAMES[0], FRAMES[1] + 1):     # the values the scene evaluates (Bézier keys ease)
+    for frame in range(CLIP[0], CLIP[1] + 1):     # the values the scene evaluates (Bézier keys ease)
         bpy.context.scene.frame_set(frame)
         for name in ("mouthSmile_L", "jawOpen"):
-            assert columns[name][frame - FRAMES[0]] == pytest.approx(obj.data.shape_keys.key_blocks[name].value)
+            assert columns[name][frame - CLIP[0]] == pytest.approx(obj.data.shape_keys.key_blocks[name].value)
     assert columns["mouthSmile_L"][-1] == 1.0 and set(columns) <= {"jawOpen", "mouthClose", "mouthSmile_L"}
     with np.load(Path(job) / "maps.npz", allow_pickle=False) as maps:
         assert maps["fat"].max() == 1.0 and all(name.endswith("_L") for name in maps["paralysed_muscles"])
     with np.load(Path(job) / "result.npz", allow_pickle=False) as result:
         assert result["contacts"].max() > 0, "the sphere should press on the cheek"
-    assert np.abs(expected[MIDDLE_FRAME - FRAMES[0]] - expected[0]).max() > 1e-3, "the smile should move the face"
-    np.testing.assert_allclose(_evaluated_metres(obj, MIDDLE_FRAME), expected[MIDDLE_FRAME - FRAMES[0]], atol=1e-5)
-    bpy.context.scene.frame_set(MIDDLE_FRAME)
+    assert np.abs(expected[CLIP_MIDDLE - CLIP[0]] - expected[0]).max() > 1e-3, "the smile should move the face"
+    np.testing.assert_allclose(_evaluated_metres(obj, CLIP_MIDDLE), expected[CLIP_MIDDLE - CLIP[0]], atol=1e-5)
+    bpy.context.scene.frame_set(CLIP_MIDDLE)
     assert _user_data(obj) == user_data
 
     # The user's keys are animated over the range: each baked key is the frame minus what they add.
     settings.bake_target = 'SHAPE_KEYS'
     expected = _bake_keeping_job(monkeypatch, tmp_path / "keys")
-    _assert_shape_key_bake_matches(obj, expected)
-    bpy.context.scene.frame_set(MIDDLE_FRAME)
+    _assert_shape_key_bake_matches(obj, expected, CLIP, CLIP_MIDDLE)
+    bpy.context.scene.frame_set(CLIP_MIDDLE)
     assert _user_data(obj) == user_data
     from blender_addon import bake
-    bake.apply_bake(obj, 'ACTION', expected, FRAMES[0], settings.metres_per_unit)
-    _assert_shape_key_bake_matches(obj, expected)
-    bake.apply_bake(obj, 'PC2', expected, FRAMES[0], settings.metres_per_unit)
-    bpy.context.scene.frame_set(MIDDLE_FRAME)
+    bake.apply_bake(obj, 'ACTION', expected, CLIP[0], settings.metres_per_unit)
+    _assert_shape_key_bake_matches(obj, expected, CLIP, CLIP_MIDDLE)
+    bake.apply_bake(obj, 'PC2', expected, CLIP[0], settings.metres_per_unit)
+    bpy.context.scene.frame_set(CLIP_MIDDLE)
     assert _user_data(obj) == user_data
 
 
