@@ -4,7 +4,9 @@ Two parts, both on the same model:
 
 1. Per shape, on one core (BLAS and numba single-threaded), each requested method in the same
    run: the reduced-space Gauss–Newton fit (solver/inverse/fit.py) and the full-space IPOPT fit
-   of the paper (solver/inverse/full_space.py). Prints seconds, outer/IPOPT iterations and the
+   of the paper (solver/inverse/full_space.py); `reduced-last-start` is the reduced fit with its
+   trial solves started from the last equilibrium rather than its first-order prediction
+   (FitSettings.predicted_start). Prints seconds, outer/IPOPT iterations and the
    error on the face region (mean / 95th percentile / max mm).
 2. With --all-jobs N: every shape key of the rig through `fit_shapes` with N worker processes
    (what `python -m solver fit --jobs N` runs), its wall time, a per-shape table, how many
@@ -38,7 +40,7 @@ import numpy as np  # noqa: E402
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
-from solver.inverse.fit import ShapeFitter  # noqa: E402
+from solver.inverse.fit import FitSettings, ShapeFitter  # noqa: E402
 from solver.inverse.fit_file import save_fit  # noqa: E402
 from solver.inverse.shapes import CONTEXT_SHAPES, face_region, fit_shapes  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
@@ -56,11 +58,15 @@ def _fitters(model, rig, methods):
     for method in methods:
         if method == "reduced":
             fitters[method] = reduced
+        elif method == "reduced-last-start":
+            # The trial solves started from the last equilibrium instead of its prediction.
+            fitters[method] = ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region,
+                                          FitSettings(predicted_start=False))
         elif method == "ipopt":
             from solver.inverse.full_space import FullSpaceFitter
             fitters[method] = FullSpaceFitter(reduced)
         else:
-            raise SystemExit(f"unknown method {method!r}: use reduced and/or ipopt")
+            raise SystemExit(f"unknown method {method!r}: use reduced, reduced-last-start and/or ipopt")
     return fitters
 
 

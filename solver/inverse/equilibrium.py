@@ -124,13 +124,16 @@ class Linearisation:
     def _solve(self, rhs):
         return self.linear_solver.solve_with_factor(rhs)
 
-    def skin_product(self, d_activations, d_jaw) -> np.ndarray:
-        """J (da, db): (3V,) change of the skin."""
+    def position_change(self, d_activations, d_jaw) -> np.ndarray:
+        """dx/dθ (da, db): (3N,) first-order change of the node positions."""
         residual_change = (self.P.T @ self.coupling.force_jacobian_product(d_activations, active_only=True)
                            + self.jaw_residual_derivative @ d_jaw)
         dq = -self._solve(residual_change)
-        dx = self.P @ dq + self.jaw_position_derivative @ d_jaw
-        return self.embedding @ dx
+        return self.P @ dq + self.jaw_position_derivative @ d_jaw
+
+    def skin_product(self, d_activations, d_jaw) -> np.ndarray:
+        """J (da, db): (3V,) change of the skin."""
+        return self.embedding @ self.position_change(d_activations, d_jaw)
 
     def skin_transpose_product(self, skin_vector) -> tuple[np.ndarray, np.ndarray]:
         """Jᵀ w for w (3V,): (A, 6) and (5,)."""
