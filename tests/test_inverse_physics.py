@@ -160,14 +160,19 @@ def test_a_step_against_the_eigenvalue_bounds_still_descends():
     assert predicted >= 2.0 * cut_minimiser, (predicted, cut_minimiser)
 
 
-def test_skin_jacobian_matches_finite_differences_of_the_equilibrium(demo_model, membership):
-    face = StaticFace(demo_model, membership.tets, tolerance=1e-10)
-    rng = np.random.default_rng(11)
-    a = _random_activations(membership, 12, scale=0.05)
-    b = np.array([0.05, 0.01, 0.0, 0.001, 0.0])
+def _linearised_equilibrium(demo_model, membership, tolerance, seed, scale, jaw):
+    """(face, a, b, state, linear): an equilibrium of random activations and its linearisation."""
+    face = StaticFace(demo_model, membership.tets, tolerance=tolerance)
+    a, b = _random_activations(membership, seed, scale=scale), np.asarray(jaw, dtype=np.float64)
     state = face.solve(a, b)
     assert state.converged, state.reason
-    linear = face.linearise(state)
+    return face, a, b, state, face.linearise(state)
+
+
+def test_skin_jacobian_matches_finite_differences_of_the_equilibrium(demo_model, membership):
+    face, a, b, state, linear = _linearised_equilibrium(demo_model, membership, 1e-10, 12, 0.05,
+                                                        [0.05, 0.01, 0.0, 0.001, 0.0])
+    rng = np.random.default_rng(11)
     da, db = rng.normal(size=a.shape), rng.normal(size=5) * [1, 1, 0.01, 0.01, 0.01]
     step = 1e-6
     finite = (face.solve(a + step * da, b + step * db, start=state.x).skin
@@ -179,18 +184,12 @@ def test_skin_jacobian_matches_finite_differences_of_the_equilibrium(demo_model,
     assert w @ product == pytest.approx((back_a * da).sum() + back_b @ db, rel=1e-10)
 
 
-
-
 def test_predicted_start_is_the_first_order_equilibrium_and_saves_newton_iterations(demo_model, membership):
     """The fit starts each trial solve from x + (dx/dθ) δ: its error shrinks quadratically with
     the step, and the solve from it lands on the same equilibrium in fewer iterations."""
-    face = StaticFace(demo_model, membership.tets, tolerance=1e-8)
+    face, a, b, state, linear = _linearised_equilibrium(demo_model, membership, 1e-8, 13, 0.03,
+                                                        [0.03, 0.0, 0.0, 0.0, 0.0])
     rng = np.random.default_rng(5)
-    a = _random_activations(membership, 13, scale=0.03)
-    b = np.array([0.03, 0.0, 0.0, 0.0, 0.0])
-    state = face.solve(a, b)
-    assert state.converged, state.reason
-    linear = face.linearise(state)
     da, db = rng.normal(scale=0.03, size=a.shape), np.array([0.02, 0.005, 0.0, 0.0005, 0.0])
     errors = []
     for fraction in (1.0, 0.5):
