@@ -498,3 +498,45 @@ def test_a_shifted_factorisation_starts_the_next_one_just_below_its_shift():
     shifts = [solver.factorise(definite) for _ in range(8)]
     assert shifts[0] == pytest.approx(first / 10) and shifts[-1] == 0.0
     assert all(later <= earlier for earlier, later in zip(shifts, shifts[1:]))
+
+
+def test_a_kept_factor_is_modified_by_the_low_rank_columns_that_changed():
+    """A matrix A + Σ c cᵀ whose columns switch between solves: CG is preconditioned by the kept
+    factor modified (CHOLMOD update/downdate) from the columns it holds to the current ones,
+    which is exact when A has not changed, so CG takes one iteration; an unchanged set of
+    columns modifies nothing."""
+    rng = np.random.default_rng(3)
+    size = 40
+    # Dense, so that every matrix below has the same pattern (one symbolic analysis).
+    factor_of_base = rng.normal(size=(size, size))
+    base = sp.csc_matrix(factor_of_base @ factor_of_base.T + np.eye(size))
+
+    def term(columns):
+        keys = tuple(f"column {index}" for index in columns)
+        values = np.zeros((size, len(columns)))
+        for position, index in enumerate(columns):
+            values[rng_columns[index][0], position] = rng_columns[index][1]
+        return newton.LowRankTerm(sp.csc_matrix(values), keys)
+
+    # Ten columns of five entries each, with stiff values, as contact planes are.
+    rng_columns = [(rng.choice(size, 5, replace=False), 30.0 * rng.normal(size=5)) for _ in range(10)]
+    first, second = term([0, 1, 2, 3]), term([2, 3, 4, 5, 6])
+    solver = newton.CholmodLinearSolver()
+    with_first = sp.csc_matrix((base + first.columns @ first.columns.T).toarray())
+    solver.factorise(with_first, first)
+    with_second = sp.csc_matrix((base + second.columns @ second.columns.T).toarray())
+    rhs = rng.normal(size=size)
+    direction, shift = solver.solve(with_second, rhs, 1e-10, second)
+    assert shift == 0.0 and solver.factorisations == 1
+    assert solver.krylov_iterations == 1 and solver.low_rank_modifications == 1
+    np.testing.assert_allclose(with_second @ direction, rhs, atol=1e-9 * np.abs(rhs).max())
+    solver.solve(with_second, rhs, 1e-10, second)               # the same columns: nothing to modify
+    assert solver.low_rank_modifications == 1 and solver.krylov_iterations == 2
+    # Back to no columns: everything is downdated, still exact.
+    direction, _ = solver.solve(base, rhs, 1e-10, None)
+    assert solver.low_rank_modifications == 2 and solver.krylov_iterations == 3
+    np.testing.assert_allclose(base @ direction, rhs, atol=1e-9 * np.abs(rhs).max())
+    # A fresh factorisation holds its own columns and drops the modified copy.
+    solver.factorise(with_first, first)
+    direction, _ = solver.solve(with_first, rhs, 1e-10, first)
+    assert solver.low_rank_modifications == 2 and solver.krylov_iterations == 4

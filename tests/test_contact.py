@@ -539,3 +539,29 @@ def test_dynamic_frames_resolve_the_contact_too(slab):
     assert all(f.converged for f in frames), [f.reason for f in frames]
     deepest = -sphere.signed_distance(simulator.skin_positions(), PRESS_FRAMES - 1).value.min()
     assert deepest <= MAX_DEPTH and frames[-1].contacts > 0, f"deepest {deepest * MM:.4f} mm"
+
+
+def test_the_low_rank_form_of_the_contact_hessian_matches_it_and_keys_its_planes():
+    """hessian_low_rank: Σ c cᵀ over the active planes is the term's Hessian; a plane's column
+    and key do not depend on x while it is active, and an inactive plane has none."""
+    rng = np.random.default_rng(11)
+    rest = rng.normal(size=(6, 3)) * 0.01
+    tets = np.array([[0, 1, 2, 3], [2, 3, 4, 5]])
+    embedding = SkinEmbedding(node_count=6, nodes=tets[[0, 1, 1]], weights=np.array(
+        [[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1]]), vertex_tet=np.array([0, 1, 1]))
+    normal = rng.normal(size=(3, 3))
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    vertices = embedding.skin_positions(rest.reshape(-1))
+    # Planes 0 and 1 hold their vertex 1 mm inside (active); plane 2 is 1 mm away (inactive).
+    points = vertices - np.array([[-1e-3], [-1e-3], [1e-3]]) * normal
+    planes = ContactPlanes(vertex=np.arange(3), point=points, normal=normal, depth=np.zeros(3),
+                           collider=np.zeros(3, np.int64))
+    term = AugmentedLagrangianContact(embedding, planes, [0.0, 0.1, 0.0], [400.0, 900.0, 500.0])
+    x = rest.reshape(-1)
+    low_rank = term.hessian_low_rank(x)
+    assert low_rank.columns.shape == (18, 2) and len(low_rank.keys) == 2
+    np.testing.assert_allclose((low_rank.columns @ low_rank.columns.T).toarray(), term.hessian(x).toarray(),
+                               rtol=1e-12, atol=1e-12)
+    moved = term.hessian_low_rank(x + 1e-5 * rng.normal(size=18))
+    assert moved.keys == low_rank.keys and (moved.columns != low_rank.columns).nnz == 0
+    assert len(set(low_rank.keys)) == 2

@@ -70,6 +70,7 @@ import numpy as np
 import scipy.sparse
 
 from ..collisions.contacts import BonePose, Collider, ContactPlanes
+from .newton import LowRankTerm
 
 CONTACT_STIFFNESS_FACTOR = 100.0    # κ relative to the vertex's local tissue stiffness
 # m: largest violation / penetration accepted: a quarter of the issue's 0.2 mm bound, so what a
@@ -286,6 +287,22 @@ class AugmentedLagrangianContact:
         if self.count:
             np.add.at(data, self._entry_positions.reshape(-1),
                       contact_element_hessians(*self._arguments(x)).reshape(-1))
+
+    def hessian_low_rank(self, x) -> LowRankTerm:
+        """This term's Hessian as Σ c cᵀ over the active planes (λ − κ g > 0): c = √κ (w ⊗ n) on
+        the plane's four nodes (3N × k CSC), keyed by the column's nodes and values so that a
+        plane active in two solves is recognised (newton.LowRankTerm)."""
+        size = 3 * self.embedding.node_count
+        if not self.count:
+            return LowRankTerm.empty(size)
+        active = np.flatnonzero(_push(*self._arguments(x)) > 0.0)
+        values = (np.sqrt(self.stiffness[active])[:, None, None] * self.weights[active][:, :, None]
+                  * self.planes.normal[active][:, None, :]).reshape(-1, 12)
+        rows = (3 * self.nodes[active][:, :, None] + np.arange(3)).reshape(-1, 12)
+        columns = scipy.sparse.csc_matrix((values.ravel(), rows.ravel(), np.arange(0, 12 * len(active) + 1, 12)),
+                                          shape=(size, len(active)))
+        keys = tuple(row.tobytes() + value.tobytes() for row, value in zip(rows, values))
+        return LowRankTerm(columns, keys)
 
     def hessian(self, x, project: bool = True) -> scipy.sparse.csr_matrix:
         size = 3 * self.embedding.node_count
