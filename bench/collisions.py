@@ -93,7 +93,8 @@ def report(plain, pressed):
     for frame, ((t0, r0), (t1, r1)) in enumerate(zip(plain, pressed), start=1):
         print(f"frame {frame}: {1e3 * t0:8.1f} ms without ({r0.iterations} it, {r0.factorisations} factorisations, "
               f"{r0.krylov_iterations} CG), {1e3 * t1:8.1f} ms with collisions "
-              f"({r1.iterations} it, {r1.factorisations} factorisations, {r1.krylov_iterations} CG, {r1.contacts} contacts, {r1.collision_rounds} rounds, depth "
+              f"({r1.iterations} it, {r1.factorisations} factorisations, {r1.krylov_iterations} CG, "
+              f"{r1.contacts} contacts, {r1.collision_rounds} rounds, depth "
               f"{1e3 * r1.penetration_depth_max:.4f} mm, {r1.anchored_vertices} anchored, "
               f"{r1.projected_vertices} projected up to {1e3 * r1.projection_max:.3f} mm, "
               f"{'converged' if r1.converged else 'NOT converged'})")

@@ -34,8 +34,10 @@ on preconditions CG so poorly that contact rounds used to be solved exactly, a f
 per iteration. An objective that offers ``hessian_low_rank(x)`` (those columns, one key per
 column) gets a preconditioner that carries the current ones: the kept factor, copied once,
 updated and downdated with CHOLMOD's rank-k modification (Davis & Hager) by the columns that
-appeared and disappeared since — tens of milliseconds for tens of planes against a new
-factorisation.
+appeared and disappeared since, instead of a new factorisation (measured on ICT's lip
+animation: docs/collisions.md). Keys name full-space columns; a plane kept across frames keeps
+the reduced column of the frame it was added in (sliding bases turn with the jaw), which only
+makes the preconditioner that much less exact: the downdate takes out what was put in.
 
 Convergence: ‖Pᵀ∇E‖_∞ ≤ tolerance × force_scale, where force_scale is the caller's measure of
 the loads (e.g. the gravity and activation force magnitude), by default the residual at the
@@ -243,6 +245,7 @@ class SpsolveLinearSolver:
 
     def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray, relative_tolerance: float = 0.0,
               low_rank: LowRankTerm | None = None) -> tuple[np.ndarray, float]:
+        # `low_rank` is part of `matrix` already; a direct solve has no use for it.
         identity = sp.eye(matrix.shape[0], format="csc")
         for shift in _shift_sequence(matrix):
             with warnings.catch_warnings():
