@@ -511,15 +511,16 @@ def test_a_kept_factor_is_modified_by_the_low_rank_columns_that_changed():
     factor_of_base = rng.normal(size=(size, size))
     base = sp.csc_matrix(factor_of_base @ factor_of_base.T + np.eye(size))
 
+    # Ten columns of five entries each, with stiff values, as contact planes are.
+    column_entries = [(rng.choice(size, 5, replace=False), 30.0 * rng.normal(size=5)) for _ in range(10)]
+
     def term(columns):
         keys = tuple(f"column {index}" for index in columns)
         values = np.zeros((size, len(columns)))
         for position, index in enumerate(columns):
-            values[rng_columns[index][0], position] = rng_columns[index][1]
+            values[column_entries[index][0], position] = column_entries[index][1]
         return newton.LowRankTerm(sp.csc_matrix(values), keys)
 
-    # Ten columns of five entries each, with stiff values, as contact planes are.
-    rng_columns = [(rng.choice(size, 5, replace=False), 30.0 * rng.normal(size=5)) for _ in range(10)]
     first, second = term([0, 1, 2, 3]), term([2, 3, 4, 5, 6])
     solver = newton.CholmodLinearSolver()
     with_first = sp.csc_matrix((base + first.columns @ first.columns.T).toarray())

@@ -132,12 +132,17 @@ def contact_element_gradients(node_positions, weights, point, normal, multiplier
     return -(push[:, None, None] * weights[:, :, None] * normal[:, None, :])
 
 
+def contact_directions(weights, normal) -> np.ndarray:
+    """∂g_c/∂x of each contact's four nodes, w ⊗ n (C,12), local order 3k + d."""
+    return (weights[:, :, None] * normal[:, None, :]).reshape(-1, 12)
+
+
 def contact_element_hessians(node_positions, weights, point, normal, multiplier, stiffness) -> np.ndarray:
     """∂²E_c/∂x² (C,12,12), local order 3k + d: κ (w ⊗ n)(w ⊗ n)ᵀ where the term is active
     (λ − κ g > 0), else 0. Rank one and positive semi-definite, so nothing to project; at the
     kink itself (λ = κ g) the inactive side is taken."""
     push = _push(node_positions, weights, point, normal, multiplier, stiffness)
-    direction = (weights[:, :, None] * normal[:, None, :]).reshape(-1, 12)
+    direction = contact_directions(weights, normal)
     scale = np.where(push > 0.0, stiffness, 0.0)
     return scale[:, None, None] * direction[:, :, None] * direction[:, None, :]
 
@@ -296,8 +301,8 @@ class AugmentedLagrangianContact:
         if not self.count:
             return LowRankTerm.empty(size)
         active = np.flatnonzero(_push(*self._arguments(x)) > 0.0)
-        values = (np.sqrt(self.stiffness[active])[:, None, None] * self.weights[active][:, :, None]
-                  * self.planes.normal[active][:, None, :]).reshape(-1, 12)
+        values = np.sqrt(self.stiffness[active])[:, None] * contact_directions(self.weights[active],
+                                                                              self.planes.normal[active])
         rows = (3 * self.nodes[active][:, :, None] + np.arange(3)).reshape(-1, 12)
         columns = scipy.sparse.csc_matrix((values.ravel(), rows.ravel(), np.arange(0, 12 * len(active) + 1, 12)),
                                           shape=(size, len(active)))
