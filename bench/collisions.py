@@ -91,15 +91,20 @@ def lip_contact_frames(model, fit, frames, inbetweens=0):
 
 def report(plain, pressed):
     for frame, ((t0, r0), (t1, r1)) in enumerate(zip(plain, pressed), start=1):
-        print(f"frame {frame}: {1e3 * t0:8.1f} ms without ({r0.iterations} it, {r0.factorisations} factorisations, "
-              f"{r0.krylov_iterations} CG), {1e3 * t1:8.1f} ms with collisions "
-              f"({r1.iterations} it, {r1.factorisations} factorisations, {r1.krylov_iterations} CG, "
-              f"{r1.contacts} contacts, {r1.collision_rounds} rounds, depth "
-              f"{1e3 * r1.penetration_depth_max:.4f} mm, {r1.anchored_vertices} anchored, "
-              f"{r1.projected_vertices} projected up to {1e3 * r1.projection_max:.3f} mm, "
-              f"{'converged' if r1.converged else 'NOT converged'})")
+        print(f"frame {frame}: {1e3 * t0:8.1f} ms without ({r0.iterations} it, {r0.projected_steps} on the "
+              f"projected Hessian, {r0.factorisations} factorisations, {r0.krylov_iterations} CG, "
+              f"{'converged' if r0.converged else 'NOT converged'}), {1e3 * t1:8.1f} ms with collisions "
+              f"({r1.iterations} it, {r1.projected_steps} on the projected Hessian, {r1.factorisations} "
+              f"factorisations, {r1.krylov_iterations} CG, {r1.contacts} contacts, {r1.collision_rounds} rounds, "
+              f"depth {1e3 * r1.penetration_depth_max:.4f} mm, {r1.anchored_vertices} anchored, "
+              f"{r1.projected_vertices} vertices moved by the display projection up to "
+              f"{1e3 * r1.projection_max:.3f} mm, {'converged' if r1.converged else 'NOT converged'})")
     without, with_ = sum(t for t, _ in plain), sum(t for t, _ in pressed)
     frames = len(plain)
+    unconverged = [f"{'without' if results is plain else 'with'} {frame}"
+                   for results in (plain, pressed) for frame, (_, r) in enumerate(results, start=1) if not r.converged]
+    if unconverged:
+        print(f"NOT converged: {', '.join(unconverged)} (the overhead below compares unfinished frames)")
     print(f"mean: {1e3 * without / frames:.1f} ms per frame without, {1e3 * with_ / frames:.1f} ms with collisions; "
           f"overhead {100 * (with_ / without - 1):+.0f} %; contacts {sum(r.contacts for _, r in pressed)}, "
           f"rounds {sum(r.collision_rounds for _, r in pressed)} over {frames} frames; Newton iterations "

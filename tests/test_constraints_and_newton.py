@@ -541,3 +541,19 @@ def test_a_kept_factor_is_modified_by_the_low_rank_columns_that_changed():
     solver.factorise(with_first, first)
     direction, _ = solver.solve(with_first, rhs, 1e-10, first)
     assert solver.low_rank_modifications == 2 and solver.krylov_iterations == 4
+
+
+def test_a_solve_limited_to_given_shifts_tries_only_those():
+    """Newton's exact Hessian may be shifted only a little before the projected one takes over:
+    with `shifts` the solver tries exactly those, one factorisation each, and says so when none
+    makes the matrix definite; the kept factor is then gone (no stale preconditioner)."""
+    rhs = np.ones(3)
+    solver = newton.CholmodLinearSolver()
+    mild = sp.csc_matrix(np.diag([1.0, 2.0, -1e-3]))
+    direction, shift = solver.solve(mild, rhs, shifts=(0.0, 1e-2))
+    assert shift == 1e-2 and solver.factorisations == 2
+    np.testing.assert_allclose(direction, rhs / (mild.diagonal() + 1e-2))
+    strong = sp.csc_matrix(np.diag([1.0, 2.0, -1.0]))
+    with pytest.raises(newton.HessianNotPositiveDefinite):
+        solver.solve(strong, rhs, 0.1, shifts=(0.0, 1e-2))
+    assert solver.factorisations == 4 and not solver._has_numeric_factor

@@ -394,6 +394,7 @@ class ContactOutcome:
     bone_limited_vertices: int = 0  # vertices whose plane was held at MAX_TISSUE_COMPRESSION (last detection)
     bone_limited_max: float = 0.0   # m, how far the deepest such plane was moved out
     history: list = field(default_factory=list)   # per round: (planes, penetration m, violation m, slack m)
+    projected_steps: int = 0        # Newton steps on the projected Hessian (newton.py), all rounds
 
 
 def _keys(planes: ContactPlanes) -> np.ndarray:
@@ -738,7 +739,7 @@ class ContactResponse:
         planes, anchors = self.detect(x_start if detect_at is None else detect_at, pose)
         # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m), anchor (m).
         state = self._fresh_state(planes, anchors)
-        x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(3, np.int64), []
+        x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(4, np.int64), []
         converged, depth, violation, rounds, history = False, 0.0, 0.0, 0, []
         try:
             for rounds in range(1, self.max_rounds + 1):
@@ -750,7 +751,8 @@ class ContactResponse:
                 objective.contact = term
                 result = solve(x, max(force_scale, self._contact_force_scale(planes, state[:, _MULTIPLIER])))
                 x = np.asarray(result.x, dtype=np.float64)
-                totals += (result.iterations, result.factorisations, result.krylov_iterations)
+                totals += (result.iterations, result.factorisations, result.krylov_iterations,
+                           result.projected_steps)
                 slack = violation = 0.0
                 if term is not None:
                     plane_violation = np.maximum(-term.gaps(x), 0.0)
@@ -792,6 +794,7 @@ class ContactResponse:
         return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
                               factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
                               contacts=int((multipliers > 0.0).sum()), violation_max=violation, history=history,
+                              projected_steps=int(totals[3]),
                               **self._finish(x, pose, skin_offset))
 
     # -------------------------------------------------------------- IPOPT path
@@ -803,7 +806,7 @@ class ContactResponse:
         plane use `newton_solve(x0, force_scale)`, the unconstrained frame)."""
         from .ipopt_solve import DEFAULT_MAX_ITERATIONS, skin_plane_inequalities, solve_with_ipopt
         planes = self._fixed(*self.detect(x_start if detect_at is None else detect_at, pose))
-        x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(3, np.int64), []
+        x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(4, np.int64), []
         converged, depth, violation, rounds, contacts, history = False, 0.0, 0.0, 0, 0, []
         for rounds in range(1, self.max_rounds + 1):
             if planes.count:
@@ -816,7 +819,8 @@ class ContactResponse:
                 totals[0] += result.iterations
             else:
                 result = newton_solve(x, force_scale)
-                totals += (result.iterations, result.factorisations, result.krylov_iterations)
+                totals += (result.iterations, result.factorisations, result.krylov_iterations,
+                           result.projected_steps)
             x = np.asarray(result.x, dtype=np.float64)
             skin = self.embedding.skin_positions(x)
             gaps = (np.einsum("cd,cd->c", planes.normal, skin[planes.vertex] - planes.point)
@@ -841,7 +845,7 @@ class ContactResponse:
         return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
                               factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
                               contacts=contacts, violation_max=violation, history=history,
-                              **self._finish(x, pose, skin_offset))
+                              projected_steps=int(totals[3]), **self._finish(x, pose, skin_offset))
 
     @staticmethod
     def _fixed(planes: ContactPlanes, anchors: np.ndarray) -> ContactPlanes:

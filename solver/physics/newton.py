@@ -12,11 +12,22 @@ CHOLMOD's symbolic analysis (fill-reducing ordering, supernodal structure) is do
 reduced-Hessian pattern, which ``BoneConstraints.reduce_hessian`` keeps identical across
 iterations and frames; each iteration only refactorises the numbers (``cholesky_inplace``).
 The supernodal factorisation is an LLᵀ that stops with "not positive definite" instead of
-silently producing an indefinite LDLᵀ, so a Hessian that is not positive definite (a rigid
-mode left unconstrained, an energy whose Hessian was not projected) is caught and retried
-with a diagonal shift H + βI, β growing tenfold from 1e-8 × the mean diagonal (or, right after
-a shifted factorisation, from a tenth of that shift): a shifted Newton step still points
-downhill, and the shift is recorded per iteration.
+silently producing an indefinite LDLᵀ, so a Hessian that is not positive definite is caught
+and retried with a diagonal shift H + βI, β growing tenfold from 1e-8 × the mean diagonal (or,
+right after a shifted factorisation, from a tenth of that shift): a shifted Newton step still
+points downhill, and the shift is recorded per iteration. An objective that also offers
+``projected_hessian(x)`` (each element's Hessian with its negative eigenvalues clamped,
+positive semi-definite by construction) has its exact Hessian shifted by at most
+MAX_EXACT_SHIFT_RELATIVE of the mean diagonal; where that is not enough — a compressed,
+strongly activated lip buckling sideways — the step is taken on the projected Hessian, on
+which only the indefinite elements lose curvature (and which is shifted in turn only if it is
+singular, a rigid mode left unconstrained).
+
+Why not the shift alone: it damps every direction whose curvature is below β. On ICT's lip
+animation (frame 5: pressed lips to pucker and jaw forward in one frame) the exact Hessian had
+one negative eigenvalue (−1.8 against a mean diagonal of 81, on ~200 lip nodes) and a shift of
+8-80 for 40 iterations, so the soft modes (eigenvalues from 0.09) moved by 1 % of their Newton
+step per iteration: 50 iterations without convergence; measured in docs/physics.md.
 
 A numeric factorisation costs ~0.15 s on a 35k-tet face, several times the assembly, and
 frame-to-frame (and iteration-to-iteration) the Hessian changes little. So the last factor is
@@ -64,6 +75,11 @@ MAX_STEP_HALVINGS = 40          # 2⁻⁴⁰ ≈ 1e-12 of the Newton step: below
 FIRST_SHIFT_RELATIVE = 1e-8     # first diagonal shift, relative to the mean |diagonal|
 SHIFT_GROWTH = 10.0
 MAX_SHIFT_ATTEMPTS = 14         # up to 1e5 × the mean diagonal: a scaled gradient step
+# The largest shift of an exact Hessian, relative to its mean diagonal, before an objective with a
+# projected Hessian gets a projected step instead: on ICT's lip frames the mild indefiniteness near
+# an equilibrium takes 0.1-1 % and leaves Newton nearly exact; the lip buckling of frame 5 needed
+# 10-100 times the mean diagonal (docs/physics.md, "Indefinite Hessians").
+MAX_EXACT_SHIFT_RELATIVE = 1e-2
 MAX_FORCING = 0.1               # loosest relative accuracy of an inexact Newton step
 # Each CG iteration costs a pair of triangular solves with the kept factor (~9 ms at 35k tets
 # against ~150 ms for a new factorisation); past this many a fresh factor is cheaper.
@@ -76,6 +92,9 @@ class Objective(Protocol):
     def gradient(self, x: np.ndarray) -> np.ndarray: ...
 
     def hessian(self, x: np.ndarray) -> sp.csr_matrix: ...
+
+    # Optional: projected_hessian(x) (a positive semi-definite stand-in, same pattern, used
+    # where hessian(x) is indefinite) and hessian_low_rank(x) (see LowRankTerm).
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,7 @@ class NewtonResult:
     krylov_iterations: int = 0      # preconditioned CG iterations that replaced factorisations
     seconds: float = 0.0
     out_of_iterations: bool = False  # stopped by max_iterations while still descending
+    projected_steps: int = 0        # steps taken on the projected Hessian (the exact one was indefinite)
 
 
 class CholmodLinearSolver:
@@ -145,10 +165,12 @@ class CholmodLinearSolver:
             self.last_shift = 0.0
 
     def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray, relative_tolerance: float = 0.0,
-              low_rank: LowRankTerm | None = None) -> tuple[np.ndarray, float]:
+              low_rank: LowRankTerm | None = None, shifts: tuple | None = None) -> tuple[np.ndarray, float]:
         """(d, β): d solves (matrix + βI) d = rhs, β = 0 unless the matrix is not positive
         definite; with relative_tolerance > 0, ‖matrix d − rhs‖ ≤ relative_tolerance ‖rhs‖ suffices.
-        `low_rank`: the part of `matrix` that is Σ c cᵀ over its columns (see LowRankTerm)."""
+        `low_rank`: the part of `matrix` that is Σ c cᵀ over its columns (see LowRankTerm).
+        `shifts`: the only shifts to try, in order (default: the growing sequence, see
+        ``factorise``); when none works, HessianNotPositiveDefinite."""
         self._analyse_if_new_pattern(matrix)
         low_rank = low_rank if low_rank is not None else LowRankTerm.empty(matrix.shape[0])
         if relative_tolerance > 0.0 and self._has_numeric_factor:
@@ -158,7 +180,7 @@ class CholmodLinearSolver:
             self.krylov_iterations += iterations
             if direction is not None:
                 return direction, 0.0
-        shift = self.factorise(matrix, low_rank)
+        shift = self.factorise(matrix, low_rank, shifts=shifts)
         return self._factor.solve_A(rhs), shift
 
     def _preconditioner_for(self, term: LowRankTerm):
@@ -183,14 +205,16 @@ class CholmodLinearSolver:
         self._modified = (factor, term)
         return factor
 
-    def factorise(self, matrix: sp.csc_matrix, low_rank: LowRankTerm | None = None) -> float:
+    def factorise(self, matrix: sp.csc_matrix, low_rank: LowRankTerm | None = None,
+                  shifts: tuple | None = None) -> float:
         """Factorise matrix + βI, β the smallest shift of the sequence that makes it positive
         definite (0 when it already is), and keep the factor; returns β. `low_rank`: the part
-        of `matrix` that switches between solves (see ``solve``), remembered with the factor."""
+        of `matrix` that switches between solves (see ``solve``), remembered with the factor.
+        `shifts`: try only these, in order."""
         self._analyse_if_new_pattern(matrix)
         self._modified = None
         self._factored_term = low_rank if low_rank is not None else LowRankTerm.empty(matrix.shape[0])
-        for shift in _shift_sequence(matrix, self.last_shift):
+        for shift in (_shift_sequence(matrix, self.last_shift) if shifts is None else shifts):
             self.factorisations += 1
             try:
                 self._factor.cholesky_inplace(matrix, beta=shift)
@@ -200,6 +224,9 @@ class CholmodLinearSolver:
             self._has_numeric_factor = True
             self.last_shift = shift
             return shift
+        if shifts is not None:
+            raise HessianNotPositiveDefinite("reduced Hessian not positive definite with the shifts "
+                                             + ", ".join(f"{value:.3g}" for value in shifts))
         raise HessianNotPositiveDefinite(
             f"reduced Hessian not positive definite even with a diagonal shift of {shift:.3g}")
 
@@ -244,10 +271,10 @@ class SpsolveLinearSolver:
     raised until the solution is a descent direction (d · rhs > 0, rhs = −∇E)."""
 
     def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray, relative_tolerance: float = 0.0,
-              low_rank: LowRankTerm | None = None) -> tuple[np.ndarray, float]:
+              low_rank: LowRankTerm | None = None, shifts: tuple | None = None) -> tuple[np.ndarray, float]:
         # `low_rank` is part of `matrix` already; a direct solve has no use for it.
         identity = sp.eye(matrix.shape[0], format="csc")
-        for shift in _shift_sequence(matrix):
+        for shift in (_shift_sequence(matrix) if shifts is None else shifts):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", MatrixRankWarning)    # a singular matrix gives NaNs, handled below
                 direction = np.atleast_1d(spsolve(matrix + shift * identity if shift else matrix, rhs))
@@ -291,6 +318,28 @@ def _max_norm(vector: np.ndarray) -> float:
     return float(np.abs(vector).max()) if vector.size else 0.0
 
 
+def _newton_direction(objective, constraints: BoneConstraints, linear_solver, x, reduced_gradient, forcing,
+                      result: NewtonResult, exact_refused: bool) -> tuple[np.ndarray, float, bool]:
+    """(d, β, refused) of one step: on the exact Hessian, shifted by at most
+    MAX_EXACT_SHIFT_RELATIVE of its mean diagonal; where that is not enough and the objective
+    has a projected Hessian, on that one (counted in result.projected_steps; refused = True, and
+    the next step tries the exact Hessian only at the largest shift before projecting again)."""
+    low_rank = _reduced_low_rank(objective, constraints, x)
+    exact = constraints.reduce_hessian(objective.hessian(x))
+    projected_hessian = getattr(objective, "projected_hessian", None)
+    if projected_hessian is None:
+        return (*linear_solver.solve(exact, -reduced_gradient, forcing, low_rank), False)
+    largest = MAX_EXACT_SHIFT_RELATIVE * float(np.abs(exact.diagonal()).mean())
+    last_shift = getattr(linear_solver, "last_shift", 0.0)
+    shifts = [] if exact_refused else [shift for shift in _shift_sequence(exact, last_shift) if shift < largest]
+    try:
+        return (*linear_solver.solve(exact, -reduced_gradient, forcing, low_rank, shifts=(*shifts, largest)), False)
+    except HessianNotPositiveDefinite:
+        result.projected_steps += 1
+        return (*linear_solver.solve(constraints.reduce_hessian(projected_hessian(x)), -reduced_gradient, forcing,
+                                     low_rank), True)
+
+
 def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_solver, x0: np.ndarray, *,
                     tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
                     force_scale: float | None = None, max_forcing: float = MAX_FORCING) -> NewtonResult:
@@ -320,6 +369,7 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
 
     if not (np.isfinite(energy) and np.isfinite(residual)):
         return finish(False, "the starting configuration has a non-finite energy or gradient (inverted elements?)")
+    exact_refused = False
 
     while True:
         if residual <= threshold:
@@ -328,11 +378,10 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
             result.out_of_iterations = True
             return finish(False, f"no convergence in {max_iterations} iterations: residual {residual:.3g} "
                                  f"> {threshold:.3g}")
-        reduced_hessian = constraints.reduce_hessian(objective.hessian(x))
         try:
-            forcing = min(max_forcing, residual / scale) if scale > 0.0 else 0.0
-            direction, shift = linear_solver.solve(reduced_hessian, -reduced_gradient, forcing,
-                                                   _reduced_low_rank(objective, constraints, x))
+            direction, shift, exact_refused = _newton_direction(
+                objective, constraints, linear_solver, x, reduced_gradient,
+                min(max_forcing, residual / scale) if scale > 0.0 else 0.0, result, exact_refused)
         except HessianNotPositiveDefinite as error:
             return finish(False, str(error))
 

@@ -88,6 +88,7 @@ class FrameResult:
     reason: str = ""
     factorisations: int = 0             # Cholesky factorisations over the frame's substeps
     krylov_iterations: int = 0          # preconditioned CG iterations that stood in for them
+    projected_steps: int = 0            # Newton steps on the projected Hessian (the exact one indefinite)
     penetration_depth_max: float = 0.0  # m, deepest skin vertex inside a collider at the end (0: no scene)
     contacts: int = 0                   # contact planes pushing at the end of the frame
     collision_rounds: int = 0           # solve → detect rounds over the frame's substeps
@@ -134,7 +135,7 @@ class _FrameObjective:
         # The exact Hessian: Newton then converges quadratically (7 iterations for gravity on the
         # 30k-tet demo head, against 50+ with per-element PSD projection, which stalls into
         # linear convergence near equilibrium); where it is indefinite CHOLMOD refuses it and
-        # the solver retries with a diagonal shift (newton.py).
+        # the solver takes that step on projected_hessian instead (newton.py).
         self.project_hessian = False
 
     def _inertia_weight(self):
@@ -165,7 +166,15 @@ class _FrameObjective:
         return self.contact.hessian_low_rank(x) if self.contact is not None else None
 
     def hessian(self, x):
-        hessian = self.elasticity.hessian(x, self.material, project=self.project_hessian)
+        return self._hessian(x, self.project_hessian)
+
+    def projected_hessian(self, x):
+        """The Hessian with every tet's block projected to positive semi-definite (the inertia
+        and contact parts are already): Newton's stand-in where the exact one is indefinite."""
+        return self._hessian(x, True)
+
+    def _hessian(self, x, project: bool):
+        hessian = self.elasticity.hessian(x, self.material, project=project)
         weight = self._inertia_weight()
         if weight is not None:
             hessian.data[self.elasticity.diagonal_entry_positions] += weight
@@ -301,7 +310,7 @@ class FaceSimulator:
         self._activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(initial=0.0)
         frame_index = self.frame_index if frame is None else int(frame)
         steps = self.settings.substeps if self.settings.dynamic else 1
-        iterations, factorisations, krylov_iterations, converged, reasons = 0, 0, 0, True, []
+        iterations, factorisations, krylov_iterations, projected_steps, converged, reasons = 0, 0, 0, 0, True, []
         rounds, contacts, depth, anchored, anchored_depth, projected, projection, limited = 0, 0, 0.0, 0, 0.0, 0, 0.0, 0
         self._skin_offset = None if skin_offset is None else np.asarray(skin_offset, dtype=np.float64).reshape(-1, 3)
         for substep in range(1, steps + 1):
@@ -313,6 +322,7 @@ class FaceSimulator:
             iterations += result.iterations
             factorisations += result.factorisations
             krylov_iterations += result.krylov_iterations
+            projected_steps += result.projected_steps
             converged &= result.converged
             if not result.converged:
                 reasons.append(result.reason)
@@ -332,7 +342,8 @@ class FaceSimulator:
         return FrameResult(positions=self.positions.reshape(-1, 3).copy(), converged=bool(converged),
                            iterations=iterations, seconds=time.perf_counter() - started,
                            reason="; ".join(reasons), factorisations=factorisations,
-                           krylov_iterations=krylov_iterations, penetration_depth_max=depth, contacts=contacts,
+                           krylov_iterations=krylov_iterations, projected_steps=projected_steps,
+                           penetration_depth_max=depth, contacts=contacts,
                            collision_rounds=rounds, anchored_vertices=anchored, anchored_depth_max=anchored_depth,
                            projected_vertices=projected, projection_max=projection, bone_limited_vertices=limited,
                            skull_transform=skull, jaw_transform=jaw_transform)
