@@ -134,8 +134,8 @@ class _FrameObjective:
         self.contact = None
         # The exact Hessian: Newton then converges quadratically (7 iterations for gravity on the
         # 30k-tet demo head, against 50+ with per-element PSD projection, which stalls into
-        # linear convergence near equilibrium); where it is indefinite CHOLMOD refuses it and
-        # the solver takes that step on projected_hessian instead (newton.py).
+        # linear convergence near equilibrium); where it is indefinite beyond what a small
+        # diagonal shift mends, the solver takes that step on projected_hessian (newton.py).
         self.project_hessian = False
 
     def _inertia_weight(self):
