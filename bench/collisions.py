@@ -95,7 +95,8 @@ def report(plain, pressed):
               f"projected Hessian, {r0.factorisations} factorisations, {r0.krylov_iterations} CG, "
               f"{'converged' if r0.converged else 'NOT converged'}), {1e3 * t1:8.1f} ms with collisions "
               f"({r1.iterations} it, {r1.projected_steps} on the projected Hessian, {r1.factorisations} "
-              f"factorisations, {r1.krylov_iterations} CG, {r1.contacts} contacts, {r1.collision_rounds} rounds, "
+              f"factorisations, {r1.krylov_iterations} CG, {r1.load_steps} load step(s), {r1.contacts} contacts, "
+              f"{r1.collision_rounds} rounds, "
               f"depth {1e3 * r1.penetration_depth_max:.4f} mm, {r1.anchored_vertices} anchored, "
               f"{r1.projected_vertices} vertices moved by the display projection up to "
               f"{1e3 * r1.projection_max:.3f} mm, {'converged' if r1.converged else 'NOT converged'})")

@@ -409,13 +409,40 @@ def test_wind_from_the_front_pushes_the_face_back(demo_model):
 def test_unconverged_frame_is_reported(demo_model):
     """Every muscle contracted to γ = 2.5 under gravity, from rest, with one Newton iteration
     allowed: the frame comes back marked unconverged, with the reason (measured: "no
-    convergence in 1 iterations: residual 0.0305 > 1.47e-05")."""
+    convergence in 1 iterations: residual 0.0305 > 1.47e-05"). With the load-step cutback off
+    that is one attempt of one iteration; with it on, the frame is tried again in 2 and then 4
+    load steps, still reported unconverged, and every abandoned iteration is counted (1 + 1 + 4)."""
     contraction = np.full(len(demo_model["muscle_names"]), 2.5)
-    simulator = FaceSimulator(demo_model, SimulationSettings(gravity=True, max_iterations=1))
+    simulator = FaceSimulator(demo_model, SimulationSettings(gravity=True, max_iterations=1, load_step_budget=0))
     frame = simulator.step(tet_activations(demo_model, contraction))
     assert frame.converged is False, f"a one-iteration frame claims convergence ({frame.iterations} iterations)"
-    assert frame.iterations == 1
+    assert frame.iterations == 1 and frame.load_steps == 1
     assert frame.reason, "an unconverged frame must say why"
+    simulator = FaceSimulator(demo_model, SimulationSettings(gravity=True, max_iterations=1))
+    frame = simulator.step(tet_activations(demo_model, contraction))
+    assert frame.converged is False and frame.reason
+    assert frame.load_steps == 4 and frame.iterations == 6, (frame.load_steps, frame.iterations)
+
+
+def test_a_frame_that_fails_in_one_step_converges_in_load_steps():
+    """A 30 × 20 × 20 mm muscle block, one end pinned, contracted from rest to 0.3 of its length
+    along the fibres in one frame with at most 10 Newton iterations a solve: in one step it needs
+    12, so that attempt fails; solved again as two load steps (activation half-way, then all the
+    way) it converges. Measured: 25 iterations in all (10 of the abandoned attempt). The result
+    is the equilibrium of the frame's activation, whatever the path: it matches a single step
+    allowed 50 iterations."""
+    nodes, tets = bcc_block(size=(0.03, 0.02, 0.02), spacing=0.005)
+    model = block_model(nodes, tets, muscle_fraction=1.0, pin_nodes=np.flatnonzero(nodes[:, 0] < 1e-9))
+    S = np.tile(np.diag([0.3, 0.3 ** -0.5, 0.3 ** -0.5]), (len(tets), 1, 1))
+    single = FaceSimulator(model, SimulationSettings(max_iterations=10, load_step_budget=0)).step(S)
+    assert not single.converged and single.load_steps == 1
+    frame = FaceSimulator(model, SimulationSettings(max_iterations=10)).step(S)
+    assert frame.converged, frame.reason
+    assert frame.load_steps == 2 and frame.iterations <= 30, (frame.load_steps, frame.iterations)
+    reference = FaceSimulator(model, SimulationSettings(max_iterations=50, load_step_budget=0)).step(S)
+    assert reference.converged and reference.load_steps == 1
+    difference = np.abs(frame.positions - reference.positions).max()
+    assert difference < 1e-7, f"load steps end {difference * MM:.6f} mm from the single step's equilibrium"
 
 
 def buckling_bar():

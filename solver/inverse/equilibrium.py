@@ -60,8 +60,10 @@ class StaticFace:
     def __init__(self, model, active_tets, mu=1.0, lam=3.0, tolerance=1e-6, max_iterations=100):
         self.model = model
         self.active_tets = np.asarray(active_tets)
+        # No load-step cutback: a trial solve starts from a predicted position, not from the
+        # equilibrium of the last trial, so there is no path from it to interpolate along.
         self.simulator = FaceSimulator(model, SimulationSettings(mu=mu, lam=lam, tolerance=tolerance,
-                                                                 max_iterations=max_iterations))
+                                                                 max_iterations=max_iterations, load_step_budget=0))
         self.embedding = skin_embedding_matrix(model)
         self.tet_count = len(model["tets"])
 

@@ -730,12 +730,15 @@ class ContactResponse:
 
     def solve_newton(self, objective, solve: Callable, x_start: np.ndarray, pose: BonePose,
                      force_scale: float, detect_at: Optional[np.ndarray] = None,
-                     skin_offset: Optional[np.ndarray] = None) -> ContactOutcome:
+                     skin_offset: Optional[np.ndarray] = None,
+                     iteration_budget: Optional[int] = None) -> ContactOutcome:
         """`solve(x0, force_scale) -> NewtonResult` runs the frame's Newton solver on
         `objective`, whose ``contact`` attribute this sets to the AL term of each round. The
         first detection runs at `detect_at` (default x_start): the start moved onto this
         step's bone constraints, so that teeth moved by the jaw are seen where they are.
-        `skin_offset` (V,3): the display offset (see the class)."""
+        `skin_offset` (V,3): the display offset (see the class). `iteration_budget`: stop,
+        unconverged, once the rounds have taken this many Newton iterations (the simulator then
+        solves the frame in load steps)."""
         planes, anchors = self.detect(x_start if detect_at is None else detect_at, pose)
         # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m), anchor (m).
         state = self._fresh_state(planes, anchors)
@@ -783,6 +786,10 @@ class ContactResponse:
                 # round and converged in the rounds after); any other failure (no descent,
                 # non-finite energy) would only repeat itself.
                 if not (result.converged or result.out_of_iterations):
+                    break
+                if iteration_budget is not None and totals[0] >= iteration_budget:
+                    reasons.append(f"{int(totals[0])} Newton iterations in {rounds} rounds reached the budget of "
+                                   f"{iteration_budget}")
                     break
         finally:
             objective.contact = None

@@ -69,10 +69,20 @@ class SimulationSettings:
     max_contact_rounds: int = DEFAULT_MAX_CONTACT_ROUNDS     # solve → detect rounds per time step
     contact_stiffness_factor: float = CONTACT_STIFFNESS_FACTOR   # AL κ over the local tissue stiffness
     contact_margin: float = DEFAULT_CONTACT_MARGIN    # m, predictive planes for vertices this near (0: off)
+    # Quasi-static load-step cutback (step()): Newton iterations a frame may take resolving
+    # contacts before it is solved again in two load steps (0: never, not even when it fails),
+    # and how many times the steps may be halved. ICT's lip animation: the jump from the pressed
+    # lips to a pucker with the jaw thrust forward took 402 iterations in 12 rounds as one
+    # frame, the other frames 27-94; with this budget that frame took 268 (100 abandoned) and
+    # the whole animation 478 instead of 647 (150: 489) (docs/collisions.md).
+    load_step_budget: int = 100
+    max_load_halvings: int = 2
 
     def __post_init__(self):
         if self.contact_solver not in CONTACT_SOLVERS:
             raise ValueError(f"contact_solver must be one of {', '.join(CONTACT_SOLVERS)}, got {self.contact_solver!r}")
+        if self.load_step_budget < 0 or self.max_load_halvings < 0:
+            raise ValueError("load_step_budget and max_load_halvings must be ≥ 0")
         if not (self.contact_tolerance > 0.0 and self.max_contact_rounds >= 1 and self.contact_stiffness_factor > 0.0
                 and self.contact_margin >= 0.0):
             raise ValueError("contact_tolerance and contact_stiffness_factor must be positive, max_contact_rounds ≥ 1, "
@@ -89,6 +99,7 @@ class FrameResult:
     factorisations: int = 0             # Cholesky factorisations over the frame's substeps
     krylov_iterations: int = 0          # preconditioned CG iterations that stood in for them
     projected_steps: int = 0            # Newton steps on the projected Hessian (the exact one indefinite)
+    load_steps: int = 1                 # quasi-static: the parts the frame was solved in (step())
     penetration_depth_max: float = 0.0  # m, deepest skin vertex inside a collider at the end (0: no scene)
     contacts: int = 0                   # contact planes pushing at the end of the frame
     collision_rounds: int = 0           # solve → detect rounds over the frame's substeps
@@ -184,6 +195,58 @@ class _FrameObjective:
         return hessian
 
 
+@dataclass
+class _StepTotals:
+    """Counts summed over a frame's steps (and abandoned attempts); the contact figures and bone
+    transforms of the last step."""
+    iterations: int = 0
+    factorisations: int = 0
+    krylov_iterations: int = 0
+    projected_steps: int = 0
+    rounds: int = 0
+    converged: bool = True
+    reasons: list = field(default_factory=list)
+    load_steps: int = 1
+    last: object = None
+    skull: np.ndarray = field(default_factory=lambda: np.eye(4))
+    jaw: np.ndarray = field(default_factory=lambda: np.eye(4))
+
+    def add(self, result, skull, jaw_transform) -> None:
+        self.iterations += result.iterations
+        self.factorisations += result.factorisations
+        self.krylov_iterations += result.krylov_iterations
+        self.projected_steps += result.projected_steps
+        self.rounds += getattr(result, "rounds", 0)
+        self.converged &= bool(result.converged)
+        if not result.converged:
+            self.reasons.append(result.reason)
+        self.last, self.skull, self.jaw = result, skull, jaw_transform
+
+    def absorb(self, attempt: "_StepTotals") -> None:
+        """A whole attempt: its counts are added, its outcome replaces the earlier one's."""
+        for name in ("iterations", "factorisations", "krylov_iterations", "projected_steps", "rounds"):
+            setattr(self, name, getattr(self, name) + getattr(attempt, name))
+        self.converged, self.reasons, self.load_steps = attempt.converged, attempt.reasons, attempt.load_steps
+        self.last, self.skull, self.jaw = attempt.last, attempt.skull, attempt.jaw
+
+    def frame_result(self, positions: np.ndarray, seconds: float) -> FrameResult:
+        last = self.last
+        # The figure is the deepest vertex of the displayed skin, anchored vertices included
+        # (after their projection; how deep they were before it is anchored_depth_max).
+        return FrameResult(positions=positions, converged=self.converged, iterations=self.iterations,
+                           seconds=seconds, reason="; ".join(self.reasons), factorisations=self.factorisations,
+                           krylov_iterations=self.krylov_iterations, projected_steps=self.projected_steps,
+                           load_steps=self.load_steps,
+                           penetration_depth_max=getattr(last, "penetration_depth_max", 0.0),
+                           contacts=getattr(last, "contacts", 0), collision_rounds=self.rounds,
+                           anchored_vertices=getattr(last, "anchored_vertices", 0),
+                           anchored_depth_max=getattr(last, "anchored_depth_max", 0.0),
+                           projected_vertices=getattr(last, "projected_vertices", 0),
+                           projection_max=getattr(last, "projection_max", 0.0),
+                           bone_limited_vertices=getattr(last, "bone_limited_vertices", 0),
+                           skull_transform=self.skull, jaw_transform=self.jaw)
+
+
 class FaceSimulator:
     """Runs frames of one model with fixed maps and settings; keeps the state between frames.
 
@@ -221,6 +284,7 @@ class FaceSimulator:
         # frame's substeps start from.
         self._previous_head = np.eye(4)
         self._previous_jaw = np.zeros(5)
+        self._previous_activation: Optional[np.ndarray] = None     # (M,3,3); None: neutral (S = I)
         self.frame_index = 0            # the frame the next step() solves (colliders move per frame)
         # What the last step's contact response added to the displayed skin: vertices moved out
         # of the colliders (contact.ContactResponse.project_displayed), (V,3) m.
@@ -300,55 +364,86 @@ class FaceSimulator:
         Across the substeps the bones move steadily from the previous frame's pose to this
         one's (the head transform along the screw motion between the two, the jaw parameters
         linearly), so substeps refine the time step without turning the bone motion into a
-        jump at the first substep and a stop for the rest of the frame."""
+        jump at the first substep and a stop for the rest of the frame.
+
+        A quasi-static frame that does not converge — or, with collisions, whose solve (of the
+        frame, or of one of its load steps) is still resolving contacts after
+        ``load_step_budget`` Newton iterations — is solved again from the last frame's state in
+        2, then 4 (``max_load_halvings``) load steps: the activations and the
+        bones move in equal parts from the last frame's to this one's, each part solved to
+        equilibrium. The frame's counts include the abandoned attempts; ``load_steps`` says how
+        many parts the result took. Colliders other than the teeth stay at this frame's place."""
         started = time.perf_counter()
         head = np.asarray(head_transform, float)
         jaw = np.asarray(jaw, float)
-        self.objective.material = self.material_for(activation)
-        # The activation's pull at rest is the same for every substep of the frame.
-        rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
-        self._activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(initial=0.0)
+        activation = np.asarray(activation, dtype=np.float64)
         frame_index = self.frame_index if frame is None else int(frame)
-        steps = self.settings.substeps if self.settings.dynamic else 1
-        iterations, factorisations, krylov_iterations, projected_steps, converged, reasons = 0, 0, 0, 0, True, []
-        rounds, contacts, depth, anchored, anchored_depth, projected, projection, limited = 0, 0, 0.0, 0, 0.0, 0, 0.0, 0
         self._skin_offset = None if skin_offset is None else np.asarray(skin_offset, dtype=np.float64).reshape(-1, 3)
-        for substep in range(1, steps + 1):
-            fraction = substep / steps
-            substep_head = head if substep == steps else _interpolate_rigid(self._previous_head, head, fraction)
-            substep_jaw = jaw if substep == steps else (1.0 - fraction) * self._previous_jaw + fraction * jaw
-            skull, jaw_transform = bone_transforms(substep_head, self.model["jaw_frame"], substep_jaw)
-            result = self._solve_step(skull, jaw_transform, BonePose(skull, jaw_transform, frame_index))
-            iterations += result.iterations
-            factorisations += result.factorisations
-            krylov_iterations += result.krylov_iterations
-            projected_steps += result.projected_steps
-            converged &= result.converged
-            if not result.converged:
-                reasons.append(result.reason)
-            rounds += getattr(result, "rounds", 0)
-            # The figure is the deepest vertex of the displayed skin, anchored vertices included
-            # (after their projection; how deep they were before it is anchored_depth_max).
-            contacts = getattr(result, "contacts", 0)
-            depth = getattr(result, "penetration_depth_max", 0.0)
-            anchored = getattr(result, "anchored_vertices", 0)
-            anchored_depth = getattr(result, "anchored_depth_max", 0.0)
-            projected, projection = getattr(result, "projected_vertices", 0), getattr(result, "projection_max", 0.0)
-            limited = getattr(result, "bone_limited_vertices", 0)
+        settings = self.settings
+        totals = _StepTotals()
+        if settings.dynamic:
+            self._advance(totals, activation, head, jaw, frame_index, settings.substeps, interpolate_activation=False)
+        else:
+            halvings = settings.max_load_halvings if settings.load_step_budget > 0 else 0
+            saved = self._state()
+            for halving in range(halvings + 1):
+                if halving:
+                    self._restore(saved)
+                last_try = halving == halvings
+                attempt = self._advance(totals, activation, head, jaw, frame_index, 2 ** halving,
+                                        interpolate_activation=True,
+                                        budget=None if last_try else settings.load_step_budget)
+                if attempt.converged or last_try:
+                    break
+        self._previous_head, self._previous_jaw, self._previous_activation = head.copy(), jaw.copy(), activation.copy()
+        self.frame_index = frame_index + 1
+        return totals.frame_result(self.positions.reshape(-1, 3).copy(), time.perf_counter() - started)
+
+    def _state(self) -> tuple:
+        carried = (None if self.contact_response is None
+                   else (self.contact_response._carried_keys, self.contact_response._carried_multipliers))
+        return self.positions.copy(), self.velocity.copy(), self.skin_correction.copy(), carried
+
+    def _restore(self, state: tuple) -> None:
+        positions, velocity, correction, carried = state
+        self.positions, self.velocity, self.skin_correction = positions.copy(), velocity.copy(), correction.copy()
+        if carried is not None:
+            self.contact_response._carried_keys, self.contact_response._carried_multipliers = carried
+
+    def _advance(self, totals: "_StepTotals", activation, head, jaw, frame_index: int, parts: int,
+                 interpolate_activation: bool, budget: Optional[int] = None) -> "_StepTotals":
+        """Solve the frame in `parts` steps, the bones (and, with `interpolate_activation`, the
+        activations) moving in equal parts from the last frame's values; adds every step's
+        counts to `totals` and returns this attempt's own."""
+        attempt = _StepTotals()
+        previous_activation = self._previous_activation
+        for part in range(1, parts + 1):
+            fraction = part / parts
+            last = part == parts
+            part_head = head if last else _interpolate_rigid(self._previous_head, head, fraction)
+            part_jaw = jaw if last else (1.0 - fraction) * self._previous_jaw + fraction * jaw
+            part_activation = activation
+            if interpolate_activation and not last:
+                start = np.eye(3) if previous_activation is None else previous_activation
+                part_activation = (1.0 - fraction) * start + fraction * activation
+            if interpolate_activation or part == 1:
+                self.objective.material = self.material_for(part_activation)
+                # The activation's pull at rest: the force scale of every step with this material.
+                rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
+                self._activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(
+                    initial=0.0)
+            skull, jaw_transform = bone_transforms(part_head, self.model["jaw_frame"], part_jaw)
+            result = self._solve_step(skull, jaw_transform, BonePose(skull, jaw_transform, frame_index), budget)
+            attempt.add(result, skull, jaw_transform)
             correction = getattr(result, "skin_correction", None)
             self.skin_correction = np.zeros_like(self.skin_correction) if correction is None else correction
-        self._previous_head, self._previous_jaw = head.copy(), jaw.copy()
-        self.frame_index = frame_index + 1
-        return FrameResult(positions=self.positions.reshape(-1, 3).copy(), converged=bool(converged),
-                           iterations=iterations, seconds=time.perf_counter() - started,
-                           reason="; ".join(reasons), factorisations=factorisations,
-                           krylov_iterations=krylov_iterations, projected_steps=projected_steps,
-                           penetration_depth_max=depth, contacts=contacts,
-                           collision_rounds=rounds, anchored_vertices=anchored, anchored_depth_max=anchored_depth,
-                           projected_vertices=projected, projection_max=projection, bone_limited_vertices=limited,
-                           skull_transform=skull, jaw_transform=jaw_transform)
+            if not result.converged and not last and budget is not None:
+                break       # this attempt is abandoned: no use solving its later parts
+        attempt.load_steps = parts
+        totals.absorb(attempt)
+        return attempt
 
-    def _solve_step(self, skull, jaw_transform, pose: BonePose):
+    def _solve_step(self, skull, jaw_transform, pose: BonePose, budget: Optional[int] = None):
         objective = self.objective
         objective.constant_force = self.gravity_force + self.wind_force()
         previous = self.positions.copy()
@@ -362,13 +457,13 @@ class FaceSimulator:
             result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
                                        force_scale=force_scale)
         else:
-            result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale)
+            result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale, budget)
         self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
         if self.settings.dynamic:
             self.velocity = (self.positions - previous) / objective.time_step
         return result
 
-    def _solve_with_contacts(self, previous, skull, jaw_transform, pose, force_scale):
+    def _solve_with_contacts(self, previous, skull, jaw_transform, pose, force_scale, budget=None):
         """One time step alternating solve and detection (contact.ContactResponse); detection
         starts from the previous positions moved onto this step's bone constraints."""
         def newton(x0, scale):
@@ -389,7 +484,7 @@ class FaceSimulator:
                                                      tolerance=self.settings.tolerance, detect_at=moved,
                                                      skin_offset=offset)
         return self.contact_response.solve_newton(self.objective, newton, previous, pose, force_scale,
-                                                  detect_at=moved, skin_offset=offset)
+                                                  detect_at=moved, skin_offset=offset, iteration_budget=budget)
 
     def _force_scale(self, start, skull, jaw_transform):
         """The forces that drive the frame: activation pull at rest, gravity and wind, and the
