@@ -671,6 +671,14 @@ class ContactResponse:
         """Drop the carried multipliers (e.g. when the simulator state is reset)."""
         self._remember(ContactPlanes.empty(), np.zeros(0))
 
+    def carried(self) -> tuple:
+        """The multipliers carried to the next step, as (keys, values); ``carry`` puts them back
+        (the simulator does when it abandons an attempt at a frame)."""
+        return self._carried_keys, self._carried_multipliers
+
+    def carry(self, carried: tuple) -> None:
+        self._carried_keys, self._carried_multipliers = carried
+
     def project_displayed(self, x, pose: BonePose, skin_offset=None) -> np.ndarray:
         """(V,3) the display correction: every vertex of the displayed skin (embedded + offset)
         still inside a collider by more than the tolerance is moved onto its deepest plane.

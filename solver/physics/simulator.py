@@ -400,15 +400,14 @@ class FaceSimulator:
         return totals.frame_result(self.positions.reshape(-1, 3).copy(), time.perf_counter() - started)
 
     def _state(self) -> tuple:
-        carried = (None if self.contact_response is None
-                   else (self.contact_response._carried_keys, self.contact_response._carried_multipliers))
+        carried = None if self.contact_response is None else self.contact_response.carried()
         return self.positions.copy(), self.velocity.copy(), self.skin_correction.copy(), carried
 
     def _restore(self, state: tuple) -> None:
         positions, velocity, correction, carried = state
         self.positions, self.velocity, self.skin_correction = positions.copy(), velocity.copy(), correction.copy()
         if carried is not None:
-            self.contact_response._carried_keys, self.contact_response._carried_multipliers = carried
+            self.contact_response.carry(carried)
 
     def _advance(self, totals: "_StepTotals", activation, head, jaw, frame_index: int, parts: int,
                  interpolate_activation: bool, budget: Optional[int] = None) -> "_StepTotals":
