@@ -541,6 +541,27 @@ def test_dynamic_frames_resolve_the_contact_too(slab):
     assert deepest <= MAX_DEPTH and frames[-1].contacts > 0, f"deepest {deepest * MM:.4f} mm"
 
 
+def test_an_abandoned_attempt_at_a_frame_leaves_the_contact_state_as_it_found_it(slab):
+    """The load-step cutback solves a frame again from the last frame's state: the positions, the
+    display correction and the multipliers the contact response carries to the next step
+    (warm starts) come back as they were, whatever the abandoned attempt did to them."""
+    model, centre = slab
+    sphere, simulator, frames = slab_press(model, centre, "newton")
+    response = simulator.contact_response
+    keys, multipliers = (np.array(part) for part in response.carried())
+    assert len(keys) > 0 and frames[-1].contacts > 0
+    saved = simulator._state()
+    response.forget()
+    simulator.positions = simulator.positions + 1e-3
+    simulator.skin_correction = simulator.skin_correction + 1e-3
+    simulator._restore(saved)
+    restored_keys, restored_multipliers = response.carried()
+    np.testing.assert_array_equal(restored_keys, keys)
+    np.testing.assert_array_equal(restored_multipliers, multipliers)
+    np.testing.assert_array_equal(simulator.positions, saved[0])
+    np.testing.assert_array_equal(simulator.skin_correction, saved[2])
+
+
 def test_the_low_rank_form_of_the_contact_hessian_matches_it_and_keys_its_planes():
     """hessian_low_rank: Σ c cᵀ over the active planes is the term's Hessian; a plane's column
     and key do not depend on x while it is active, and an inactive plane has none."""
