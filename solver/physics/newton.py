@@ -111,7 +111,8 @@ class LowRankTerm:
 
 
 class HessianNotPositiveDefinite(RuntimeError):
-    """Even the largest diagonal shift did not give a usable descent direction."""
+    """None of the diagonal shifts tried (up to the largest of the sequence, or the ones a caller
+    gave) made the matrix positive definite / gave a usable descent direction."""
 
 
 @dataclass

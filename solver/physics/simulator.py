@@ -69,12 +69,12 @@ class SimulationSettings:
     max_contact_rounds: int = DEFAULT_MAX_CONTACT_ROUNDS     # solve → detect rounds per time step
     contact_stiffness_factor: float = CONTACT_STIFFNESS_FACTOR   # AL κ over the local tissue stiffness
     contact_margin: float = DEFAULT_CONTACT_MARGIN    # m, predictive planes for vertices this near (0: off)
-    # Quasi-static load-step cutback (step()): Newton iterations a frame may take resolving
-    # contacts before it is solved again in two load steps (0: never, not even when it fails),
+    # Quasi-static load-step cutback (step()): Newton iterations a frame may take resolving contacts
+    # (Newton path) before it is solved again in two load steps (0: never, not even when it fails),
     # and how many times the steps may be halved. ICT's lip animation: the jump from the pressed
-    # lips to a pucker with the jaw thrust forward took 402 iterations in 12 rounds as one
-    # frame, the other frames 27-94; with this budget that frame took 268 (100 abandoned) and
-    # the whole animation 478 instead of 647 (150: 489) (docs/collisions.md).
+    # lips to a pucker with the jaw thrust forward took 402 iterations in 12 rounds as one frame,
+    # the other frames 27-94; with this budget that frame took 268 (100 abandoned) and the whole
+    # animation 478 instead of 647 (150: 489) (docs/collisions.md).
     load_step_budget: int = 100
     max_load_halvings: int = 2
 
@@ -210,12 +210,12 @@ class _StepTotals:
     last: object = None
     skull: np.ndarray = field(default_factory=lambda: np.eye(4))
     jaw: np.ndarray = field(default_factory=lambda: np.eye(4))
+    _SUMMED = ("iterations", "factorisations", "krylov_iterations", "projected_steps")
 
     def add(self, result, skull, jaw_transform) -> None:
-        self.iterations += result.iterations
-        self.factorisations += result.factorisations
-        self.krylov_iterations += result.krylov_iterations
-        self.projected_steps += result.projected_steps
+        """One solved step (a NewtonResult or ContactOutcome)."""
+        for name in self._SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(result, name))
         self.rounds += getattr(result, "rounds", 0)
         self.converged &= bool(result.converged)
         if not result.converged:
@@ -224,7 +224,7 @@ class _StepTotals:
 
     def absorb(self, attempt: "_StepTotals") -> None:
         """A whole attempt: its counts are added, its outcome replaces the earlier one's."""
-        for name in ("iterations", "factorisations", "krylov_iterations", "projected_steps", "rounds"):
+        for name in (*self._SUMMED, "rounds"):
             setattr(self, name, getattr(self, name) + getattr(attempt, name))
         self.converged, self.reasons, self.load_steps = attempt.converged, attempt.reasons, attempt.load_steps
         self.last, self.skull, self.jaw = attempt.last, attempt.skull, attempt.jaw
@@ -382,7 +382,8 @@ class FaceSimulator:
         settings = self.settings
         totals = _StepTotals()
         if settings.dynamic:
-            self._advance(totals, activation, head, jaw, frame_index, settings.substeps, interpolate_activation=False)
+            totals.absorb(self._advance(activation, head, jaw, frame_index, settings.substeps,
+                                        interpolate_activation=False))
         else:
             halvings = settings.max_load_halvings if settings.load_step_budget > 0 else 0
             saved = self._state()
@@ -390,9 +391,9 @@ class FaceSimulator:
                 if halving:
                     self._restore(saved)
                 last_try = halving == halvings
-                attempt = self._advance(totals, activation, head, jaw, frame_index, 2 ** halving,
-                                        interpolate_activation=True,
+                attempt = self._advance(activation, head, jaw, frame_index, 2 ** halving, interpolate_activation=True,
                                         budget=None if last_try else settings.load_step_budget)
+                totals.absorb(attempt)
                 if attempt.converged or last_try:
                     break
         self._previous_head, self._previous_jaw, self._previous_activation = head.copy(), jaw.copy(), activation.copy()
@@ -409,11 +410,10 @@ class FaceSimulator:
         if carried is not None:
             self.contact_response.carry(carried)
 
-    def _advance(self, totals: "_StepTotals", activation, head, jaw, frame_index: int, parts: int,
-                 interpolate_activation: bool, budget: Optional[int] = None) -> "_StepTotals":
+    def _advance(self, activation, head, jaw, frame_index: int, parts: int, interpolate_activation: bool,
+                 budget: Optional[int] = None) -> _StepTotals:
         """Solve the frame in `parts` steps, the bones (and, with `interpolate_activation`, the
-        activations) moving in equal parts from the last frame's values; adds every step's
-        counts to `totals` and returns this attempt's own."""
+        activations) moving in equal parts from the last frame's values; this attempt's totals."""
         attempt = _StepTotals()
         previous_activation = self._previous_activation
         for part in range(1, parts + 1):
@@ -439,7 +439,6 @@ class FaceSimulator:
             if not result.converged and not last and budget is not None:
                 break       # this attempt is abandoned: no use solving its later parts
         attempt.load_steps = parts
-        totals.absorb(attempt)
         return attempt
 
     def _solve_step(self, skull, jaw_transform, pose: BonePose, budget: Optional[int] = None):
