@@ -18,9 +18,9 @@ from solver.collisions.contacts import BonePose, ContactPlanes
 from solver.collisions.sdf import (BoxCollider, CapsuleCollider, SphereCollider, box_signed_distance,
                                    capsule_signed_distance, sphere_signed_distance)
 from solver.geometry import triangle_normals_areas
-from solver.physics.contact import (REACTION_COLLIDER_OFFSET, AugmentedLagrangianContact, ColliderSet,
-                                    ContactResponse, SkinEmbedding, SlidingNodes, contact_element_energies,
-                                    contact_energy)
+from solver.physics.contact import (DEFAULT_CONTACT_TOLERANCE, REACTION_COLLIDER_OFFSET, AugmentedLagrangianContact,
+                                    ColliderSet, ContactResponse, SkinEmbedding, SlidingNodes,
+                                    contact_element_energies, contact_energy)
 from solver.model_builder.builder import BuildOptions, build_model
 from solver.physics.simulator import FaceSimulator, SimulationSettings
 
@@ -560,6 +560,52 @@ def test_an_abandoned_attempt_at_a_frame_leaves_the_contact_state_as_it_found_it
     np.testing.assert_array_equal(restored_multipliers, multipliers)
     np.testing.assert_array_equal(simulator.positions, saved[0])
     np.testing.assert_array_equal(simulator.skin_correction, saved[2])
+
+
+def dragged_sphere(top, radius=0.02, depth=0.003, drag=0.012):
+    """A sphere touching the slab's top in frame 0, `depth` into it in frame 1, and dragged
+    sideways by `drag` in frame 2: the skin under it slides along its curve, so frame 2 finds
+    new penetrations after its first round (2 rounds at the default margin)."""
+    transforms = np.tile(np.eye(4), (3, 1, 1))
+    transforms[:, :3, 3] = [0.018, top + radius - depth, 0.024]
+    transforms[0, 1, 3] = top + radius
+    transforms[2, 0, 3] += drag
+    return SphereCollider(name="finger", centre=np.zeros(3), radius=radius, transforms=transforms)
+
+
+def test_a_contact_solve_over_its_iteration_budget_is_solved_again_in_load_steps(slab):
+    """The cutback's contact budget (SimulationSettings.load_step_budget, passed to
+    ContactResponse.solve_newton as iteration_budget). With a budget of one Newton iteration, the
+    dragged frame runs past it in its first round. So that attempt and the retry as two load
+    steps are abandoned, and the frame is solved as four load steps, which carry no budget. The
+    colliders stay at the frame's place, so the first of the four does the work. The result is
+    the frame solved at once without the cutback, up to where the tangent planes were taken:
+    the two paths hold the skin on planes found at different points of the sphere, and a vertex
+    slides along its plane, so the skin differs tangentially by up to twice the contact
+    tolerance. Measured: 2 rounds and 10 iterations at once; 30 iterations over the attempts
+    with the budget; skin up to 0.046 mm apart, almost all of it along the drag; deepest vertex
+    0.0001 mm (at once) and 0.000004 mm (load steps)."""
+    model, centre = slab
+    sphere = dragged_sphere(centre[1])
+
+    def dragged(budget):
+        simulator = FaceSimulator(model, SimulationSettings(load_step_budget=budget), collisions=ColliderSet([sphere]))
+        frames = [simulator.step(identity_activations(model)) for _ in range(3)]
+        return simulator, frames[-1]
+
+    at_once_simulator, at_once = dragged(0)
+    assert at_once.converged and at_once.load_steps == 1 and at_once.collision_rounds >= 2, \
+        (at_once.reason, at_once.collision_rounds)
+    simulator, frame = dragged(1)
+    skin_difference = np.abs(simulator.skin_positions() - at_once_simulator.skin_positions()).max()
+    deepest = -sphere.signed_distance(simulator.skin_positions(), 2).value.min()
+    report = (f"{frame.iterations} iterations in {frame.load_steps} load steps ({at_once.iterations} at once, "
+              f"{at_once.collision_rounds} rounds), skin {skin_difference * MM:.5f} mm from the one-step result, "
+              f"deepest {deepest * MM:.4f} mm")
+    assert frame.converged, frame.reason
+    assert frame.load_steps == 4 and frame.iterations > at_once.iterations, report
+    assert deepest <= MAX_DEPTH and frame.contacts > 0, report
+    assert skin_difference < 2.0 * DEFAULT_CONTACT_TOLERANCE, report
 
 
 def test_the_low_rank_form_of_the_contact_hessian_matches_it_and_keys_its_planes():
