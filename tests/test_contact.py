@@ -562,13 +562,15 @@ def test_an_abandoned_attempt_at_a_frame_leaves_the_contact_state_as_it_found_it
     np.testing.assert_array_equal(simulator.skin_correction, saved[2])
 
 
-def dragged_sphere(top, radius=0.02, depth=0.003, drag=0.012):
+def dragged_sphere(centre_on_top, radius=0.02, depth=0.003, drag=0.012):
     """A sphere touching the slab's top in frame 0, `depth` into it in frame 1, and dragged
-    sideways by `drag` in frame 2: the skin under it slides along its curve, so frame 2 finds
-    new penetrations after its first round (2 rounds at the default margin)."""
+    along x by `drag` in frame 2, across `centre_on_top`: the skin under it slides along its
+    curve, so frame 2 finds new penetrations after its first round (2 rounds at the default
+    margin)."""
+    start = np.asarray(centre_on_top, dtype=np.float64) - [0.5 * drag, 0.0, 0.0]
     transforms = np.tile(np.eye(4), (3, 1, 1))
-    transforms[:, :3, 3] = [0.018, top + radius - depth, 0.024]
-    transforms[0, 1, 3] = top + radius
+    transforms[:, :3, 3] = start + [0.0, radius - depth, 0.0]
+    transforms[0, 1, 3] = start[1] + radius
     transforms[2, 0, 3] += drag
     return SphereCollider(name="finger", centre=np.zeros(3), radius=radius, transforms=transforms)
 
@@ -586,7 +588,7 @@ def test_a_contact_solve_over_its_iteration_budget_is_solved_again_in_load_steps
     with the budget; skin up to 0.046 mm apart, almost all of it along the drag; deepest vertex
     0.0001 mm (at once) and 0.000004 mm (load steps)."""
     model, centre = slab
-    sphere = dragged_sphere(centre[1])
+    sphere = dragged_sphere(centre)
 
     def dragged(budget):
         simulator = FaceSimulator(model, SimulationSettings(load_step_budget=budget), collisions=ColliderSet([sphere]))
