@@ -336,6 +336,26 @@ def test_indefinite_hessian_is_shifted_and_recorded(grid):
     assert np.all(np.diff(result.energies) <= 0.0)
 
 
+def test_a_solve_whose_residual_stays_above_its_lowest_is_stopped_as_stalled(grid):
+    """From near the double well's hill top the residual grows for two steps while the energy
+    falls (the solve leaves for a minimum): a limit of two steps without progress stops it
+    there, unconverged and `stalled`; a limit of three lets it converge."""
+    model, _, constraints, _, _ = grid
+    constraints.reduction(np.eye(4), np.eye(4))
+    start = constraints.x_from_q(constraints.q_from_x(model["rest_positions"].ravel() + 0.0002))
+    solver = NewtonSolver(DoubleWell(model["rest_positions"]), constraints, tolerance=1e-9)
+    free = solver.solve(start)
+    assert free.converged and not free.stalled
+    assert free.residuals[1] > free.residuals[0] and free.residuals[2] > free.residuals[1]
+    solver.max_steps_without_progress = 2
+    stalled = solver.solve(start)
+    assert not stalled.converged and stalled.stalled and stalled.iterations == 2
+    assert stalled.reason.startswith("stalled") and not stalled.out_of_iterations
+    assert np.all(np.diff(stalled.energies) <= 0.0)
+    solver.max_steps_without_progress = 3
+    assert solver.solve(start).iterations == free.iterations
+
+
 def test_spsolve_baseline_gives_the_same_answer(grid):
     model, edges, constraints, skull, jaw = grid
     springs = SpringNetwork(model["rest_positions"], edges)

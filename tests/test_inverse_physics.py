@@ -125,6 +125,38 @@ def test_one_dof_fibre_activations_are_volume_preserving(membership):
 
 # ----------------------------------------------------------------------------- sensitivities
 
+def test_conjugate_gradients_from_a_start_reach_the_same_step_and_report_its_decrease():
+    """The bound passes of a step start CG from the last pass's solution: from a nearby start CG
+    reaches the model's minimiser in fewer products, and the decrease it reports is the
+    model's own, −gᵀδ − ½ δᵀAδ, from a start as from zero."""
+    rng = np.random.default_rng(21)
+    count, size = 40, 6 * 40 + 5
+    coupling = rng.normal(size=(size, size))
+    model_matrix = coupling.T @ coupling / size + 0.05 * np.eye(size)
+    gradient = rng.normal(size=size)
+    products = []
+
+    def model_product(direction_a, direction_b):
+        products.append(1)
+        image = model_matrix @ np.concatenate([direction_a.ravel(), direction_b])
+        return image[:6 * count].reshape(count, 6), image[6 * count:]
+
+    grad_a, grad_b = gradient[:6 * count].reshape(count, 6), gradient[6 * count:]
+    minimiser = np.linalg.solve(model_matrix, -gradient)
+    results, costs = [], []
+    for start in (None, (minimiser[:6 * count].reshape(count, 6) + rng.normal(scale=1e-3, size=(count, 6)),
+                         minimiser[6 * count:])):
+        products.clear()
+        results.append(fit_module._conjugate_gradients(model_product, grad_a, grad_b, np.ones((count, 6)),
+                                                       1e-9, 1000, start=start))
+        costs.append(len(products))
+    for step_a, step_b, predicted in results:
+        np.testing.assert_allclose(np.concatenate([step_a.ravel(), step_b]), minimiser, atol=1e-7)
+        assert predicted == pytest.approx(fit_module._model_decrease(model_product, grad_a, grad_b, step_a, step_b),
+                                          rel=1e-9)
+    assert costs[1] < costs[0], costs
+
+
 def test_a_step_against_the_eigenvalue_bounds_still_descends():
     """Half the tets sit at the lower eigenvalue bound and the quadratic model's minimiser pushes
     them further out. Shortening each tet's part of that minimiser throws most of the model's
@@ -240,6 +272,39 @@ def test_jaw_open_recovers_an_opening_rotation(demo_rig, fitter):
     fit = fitter.fit("jawOpen", demo_rig.shape_key_deltas[names.index("jawOpen")])
     assert fit.jaw[0] > 0.1, fit.jaw           # b[0] > 0 opens the mouth (bones.py)
     assert abs(fit.jaw[1]) < 0.2 * fit.jaw[0]
+    assert all(entry["trial_iterations"] and min(entry["trial_iterations"]) > 0 for entry in fit.step_log)
+
+
+def test_a_trial_equilibrium_that_stalls_is_returned_unconverged_without_a_second_start(demo_model, demo_rig):
+    """A trial solve whose residual stops falling (FitSettings.trial_stall_steps) comes back
+    unconverged after one solve, not retried from the last equilibrium, so the fit rejects the
+    step; the default limit lets an ordinary step converge, and the fit logs each trial's
+    Newton iterations."""
+    region, _ = face_region(demo_model, demo_rig)
+    fitter = ShapeFitter(demo_model, demo_model["skin_vertices"], demo_model["skin_triangles"], region,
+                         fit_module.FitSettings(trial_stall_steps=1))
+    state = fitter.rest_state
+    linear = fitter.face.linearise(state)
+    direction = np.random.default_rng(8).normal(size=state.activations.shape)
+    step_b = np.array([0.1, 0.0, 0.0, 0.0, 0.0])
+    solves = []
+    solve = fitter.face.solve
+
+    def counted(*args, **kwargs):
+        solves.append(kwargs.get("max_steps_without_progress"))
+        return solve(*args, **kwargs)
+
+    fitter.face.solve = counted
+    try:
+        # A long step (solved to the end it takes ~40 Newton steps) stalls at once.
+        trial = fitter._solve_trial(linear, state, 0.5 * direction, step_b)
+        assert not trial.converged and trial.reason.startswith("stalled"), trial.reason
+        assert solves == [1]
+        fitter.settings.trial_stall_steps = fit_module.FitSettings().trial_stall_steps
+        trial = fitter._solve_trial(linear, state, 0.15 * direction, step_b)
+        assert trial.converged, trial.reason
+    finally:
+        del fitter.face.solve
 
 
 def test_a_shape_that_moves_almost_nothing_is_neutral(demo_model, fitter):

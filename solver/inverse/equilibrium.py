@@ -71,12 +71,21 @@ class StaticFace:
         full = tet_activations_from_vectors(activations, self.active_tets, self.tet_count)
         return dataclasses.replace(self.simulator.neutral_material, activation=full)
 
-    def solve(self, activations, jaw, start: np.ndarray | None = None) -> Equilibrium:
+    def solve(self, activations, jaw, start: np.ndarray | None = None,
+              max_steps_without_progress: int | None = None) -> Equilibrium:
+        """The equilibrium for (a, b) from `start` (default: the last solve's end). With
+        `max_steps_without_progress` the solve gives up, unconverged, once its residual has
+        stayed above its lowest value for that many Newton steps (newton.newton_minimise)."""
         simulator = self.simulator
         if start is not None:
             simulator.positions = np.asarray(start, dtype=np.float64).reshape(-1).copy()
         full = tet_activations_from_vectors(activations, self.active_tets, self.tet_count)
-        frame = simulator.step(full, jaw=jaw)       # quasi-static: the bones go straight to this pose
+        newton = simulator.solver
+        newton.max_steps_without_progress = max_steps_without_progress
+        try:
+            frame = simulator.step(full, jaw=jaw)       # quasi-static: the bones go straight to this pose
+        finally:
+            newton.max_steps_without_progress = None
         x = simulator.positions.copy()
         return Equilibrium(x=x, skin=(self.embedding @ x).reshape(-1, 3), activations=np.array(activations),
                            jaw=np.array(jaw, dtype=np.float64), converged=frame.converged,

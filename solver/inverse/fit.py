@@ -69,6 +69,12 @@ class FitSettings:
     # Start each trial equilibrium from x + (dx/dθ) δ rather than from x: on six ICT shapes each
     # trial solve took 9-33 % fewer Newton iterations, the whole fit 3 % less time (docs/benchmarks.md).
     predicted_start: bool = True
+    # A trial equilibrium whose Newton residual stays above its lowest value for this many steps
+    # is abandoned and the step rejected like one that raised f (LM damping × 10): the solve is
+    # snapping through to another equilibrium branch, far from the linearisation's prediction.
+    # On three ICT shapes such solves took 28-47 steps, their residual above its lowest for 11-35
+    # steps in a row; ordinary ones for at most 7 (docs/benchmarks.md). None: solve to the end.
+    trial_stall_steps: int | None = 8
 
 
 @dataclass
@@ -85,7 +91,8 @@ class ShapeFit:
     contractions: np.ndarray | None = None   # (m,) γ of the local step at the end
     context: str = ""                    # the shape this one was fitted on top of (shapes.CONTEXT_SHAPES)
     # Per outer iteration: objective, accepted decrease, predicted decrease, their ratio, the LM
-    # damping after the step and the share of tets whose step the eigenvalue bounds shortened.
+    # damping after the step, the share of tets whose step the eigenvalue bounds shortened and
+    # the Newton iterations of each trial equilibrium (all but an accepted last one rejected).
     step_log: list = field(default_factory=list)
 
 
@@ -168,12 +175,14 @@ class ShapeFitter:
                 return back_a, back_b
 
             accepted = False
+            trial_iterations = []
             while not accepted:
                 step_a, step_b, predicted, shortened_share = _step_within_bounds(
                     lambda da, db: gauss_newton(da, db, damping), grad_a, grad_b,
                     self.prior.hessian_diagonal() + self.sparsity.hessian_diagonal(state.activations) + damping,
                     state.activations, s.cg_tolerance, s.cg_iterations)
                 trial = self._solve_trial(linear, state, step_a, step_b * JAW_SCALE)
+                trial_iterations.append(trial.iterations)
                 trial_weighted, trial_fit = self._fit_residual(trial.skin, target, normals)
                 trial_value = trial_fit + self._regularisation(trial.activations, contractions)
                 actual = value - trial_value
@@ -187,7 +196,8 @@ class ShapeFitter:
                     if damping > 1e8:
                         break
             step_log.append({"value": value, "decrease": actual, "predicted": predicted, "ratio": ratio,
-                             "damping": damping, "shortened": shortened_share, "accepted": accepted})
+                             "damping": damping, "shortened": shortened_share, "accepted": accepted,
+                             "trial_iterations": trial_iterations})
             # A small decrease ends the fit only when the model agreed with it (ratio near one):
             # a poor ratio means the step was too long for the linearisation, and the larger
             # damping of the next iteration may still find a real decrease.
@@ -210,14 +220,19 @@ class ShapeFitter:
     def _solve_trial(self, linear, state, step_a, step_b):
         """The equilibrium after the step, started from its first-order prediction
         x + (dx/dθ) δ (one solve with the linearisation's factor) instead of the last
-        equilibrium; from there if the prediction does not lead to a converged solve."""
+        equilibrium; from there if the solve cannot start from the prediction. Unconverged
+        (the caller rejects the step) when it stalls (FitSettings.trial_stall_steps)."""
         activations, jaw = state.activations + step_a, state.jaw + step_b
+        stall = self.settings.trial_stall_steps
         if self.settings.predicted_start:
             predicted = state.x + linear.position_change(step_a, step_b)
-            trial = self.face.solve(activations, jaw, start=predicted)
-            if trial.converged:
+            trial = self.face.solve(activations, jaw, start=predicted, max_steps_without_progress=stall)
+            # A solve that took steps and then failed (stalled) is an answer: the step is too
+            # long for the linearisation. Only a prediction the solve could not start from (an
+            # inverted element) is worth a second start.
+            if trial.converged or trial.iterations > 0:
                 return trial
-        return self.face.solve(activations, jaw, start=state.x)
+        return self.face.solve(activations, jaw, start=state.x, max_steps_without_progress=stall)
 
     def _snap_idle_muscles(self, state):
         """Set the muscles R_sparse has all but switched off exactly to neutral.
@@ -279,7 +294,7 @@ def _step_within_bounds(model_product, grad_a, grad_b, diagonal_a, activations, 
     the step is solved again over the others — an active set rebuilt every outer iteration, so a
     tet can leave its bound later. Of the passes the one the model promises most is returned."""
     free = np.ones(len(grad_a), dtype=bool)
-    best = None
+    best = solved = None
     for _ in range(BOUND_PASSES):
         mask = free[:, None].astype(np.float64)
 
@@ -287,8 +302,12 @@ def _step_within_bounds(model_product, grad_a, grad_b, diagonal_a, activations, 
             image_a, image_b = model_product(direction_a * mask, direction_b)
             return image_a * mask, image_b
 
+        # Later passes start from the last pass's solution over the tets still free: freezing
+        # the cut tets changes the step mostly around them.
+        start = None if solved is None else (solved[0] * mask, solved[1])
         step_a, step_b, predicted = _conjugate_gradients(masked_product, grad_a * mask, grad_b, diagonal_a,
-                                                         tolerance, max_iterations)
+                                                         tolerance, max_iterations, start=start)
+        solved = (step_a, step_b)
         step_a, fraction = _admissible_step(activations, step_a)
         cut = fraction < 1.0
         if cut.any():
@@ -302,18 +321,26 @@ def _step_within_bounds(model_product, grad_a, grad_b, diagonal_a, activations, 
     return best
 
 
-def _conjugate_gradients(operator, grad_a, grad_b, diagonal_a, tolerance, max_iterations):
-    """Solve operator(δ) = −g by Jacobi-preconditioned CG on the pair (activations, scaled jaw).
+def _conjugate_gradients(operator, grad_a, grad_b, diagonal_a, tolerance, max_iterations, start=None):
+    """Solve operator(δ) = −g by Jacobi-preconditioned CG on the pair (activations, scaled jaw),
+    from δ = 0 or from `start` (δa, δb), to a residual of `tolerance` × ‖g‖ either way.
 
     Returns (δa, δb, predicted decrease −gᵀδ − ½ δᵀ A δ) of the quadratic model."""
     inverse_diagonal = 1.0 / diagonal_a
-    solution_a, solution_b = np.zeros_like(grad_a), np.zeros(JAW_PARAMETER_COUNT)
     residual_a, residual_b = -grad_a, -grad_b
+    target = tolerance * np.sqrt((grad_a ** 2).sum() + grad_b @ grad_b)
+    if start is None:
+        solution_a, solution_b = np.zeros_like(grad_a), np.zeros(JAW_PARAMETER_COUNT)
+    else:
+        solution_a, solution_b = np.array(start[0], dtype=np.float64), np.array(start[1], dtype=np.float64)
+        image_a, image_b = operator(solution_a, solution_b)
+        residual_a, residual_b = residual_a - image_a, residual_b - image_b
     preconditioned_a, preconditioned_b = inverse_diagonal * residual_a, residual_b.copy()
     search_a, search_b = preconditioned_a.copy(), preconditioned_b.copy()
     alignment = (residual_a * preconditioned_a).sum() + residual_b @ preconditioned_b
-    start_norm = np.sqrt((residual_a ** 2).sum() + residual_b @ residual_b)
     for _ in range(max_iterations):
+        if np.sqrt((residual_a ** 2).sum() + residual_b @ residual_b) <= target:
+            break
         image_a, image_b = operator(search_a, search_b)
         curvature = (search_a * image_a).sum() + search_b @ image_b
         if curvature <= 0.0:
@@ -323,13 +350,13 @@ def _conjugate_gradients(operator, grad_a, grad_b, diagonal_a, tolerance, max_it
         solution_b += step * search_b
         residual_a -= step * image_a
         residual_b -= step * image_b
-        if np.sqrt((residual_a ** 2).sum() + residual_b @ residual_b) <= tolerance * start_norm:
-            break
         preconditioned_a, preconditioned_b = inverse_diagonal * residual_a, residual_b.copy()
         next_alignment = (residual_a * preconditioned_a).sum() + residual_b @ preconditioned_b
         search_a = preconditioned_a + (next_alignment / alignment) * search_a
         search_b = preconditioned_b + (next_alignment / alignment) * search_b
         alignment = next_alignment
-    # For the CG iterate x of A x = −g: −gᵀx − ½ xᵀAx = ½ (−g)ᵀx (A-conjugacy), up to rounding.
-    predicted = 0.5 * (-(grad_a * solution_a).sum() - grad_b @ solution_b)
+    # With r = −g − Aδ the residual CG carries: −gᵀδ − ½ δᵀAδ = ½ (−gᵀδ + δᵀr). From δ = 0,
+    # δᵀr = 0 up to rounding (r is orthogonal to the Krylov space δ lies in).
+    predicted = 0.5 * (-(grad_a * solution_a).sum() - grad_b @ solution_b
+                       + (solution_a * residual_a).sum() + solution_b @ residual_b)
     return solution_a, solution_b, predicted

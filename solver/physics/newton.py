@@ -53,6 +53,13 @@ makes the preconditioner that much less exact: the downdate takes out what was p
 Convergence: ‖Pᵀ∇E‖_∞ ≤ tolerance × force_scale, where force_scale is the caller's measure of
 the loads (e.g. the gravity and activation force magnitude), by default the residual at the
 start. A solve that stops without meeting it returns converged=False and says why.
+
+Stall limit (optional, off by default): a caller that only wants the equilibrium *near* its
+start — inverse physics, whose trial points are first-order predictions — can stop a solve
+whose residual has stayed above its lowest value for a number of steps. The energy still falls
+there, but along an unstable mode: the tissue is snapping through to another equilibrium. On
+ICT fits such solves ran 28–47 steps, their residual above its lowest for 11–35 of them in a
+row (docs/benchmarks.md, "Snap-through trials").
 """
 from __future__ import annotations
 
@@ -132,6 +139,7 @@ class NewtonResult:
     seconds: float = 0.0
     out_of_iterations: bool = False  # stopped by max_iterations while still descending
     projected_steps: int = 0        # steps taken on the projected Hessian (the exact one was indefinite)
+    stalled: bool = False           # stopped by max_steps_without_progress
 
 
 class CholmodLinearSolver:
@@ -343,11 +351,15 @@ def _newton_direction(objective, constraints: BoneConstraints, linear_solver, x,
 
 def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_solver, x0: np.ndarray, *,
                     tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
-                    force_scale: float | None = None, max_forcing: float = MAX_FORCING) -> NewtonResult:
+                    force_scale: float | None = None, max_forcing: float = MAX_FORCING,
+                    max_steps_without_progress: int | None = None) -> NewtonResult:
     """Minimise the objective over q in the constraints' current frame, starting from x0
     projected onto the constraints. ``linear_solver`` is a CholmodLinearSolver (production)
     or SpsolveLinearSolver (baseline). `max_forcing`: the loosest relative accuracy of a step
-    (0: every step solved exactly, by a fresh factorisation)."""
+    (0: every step solved exactly, by a fresh factorisation). `max_steps_without_progress`:
+    stop, unconverged and `stalled`, once the residual has stayed above its lowest value for
+    this many steps (None: never) — the energy still falls, but the solve is travelling away
+    from where it started, to another equilibrium (a snap-through)."""
     start_time = time.perf_counter()
     factorisations_before = getattr(linear_solver, "factorisations", 0)
     krylov_before = getattr(linear_solver, "krylov_iterations", 0)
@@ -371,10 +383,15 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
     if not (np.isfinite(energy) and np.isfinite(residual)):
         return finish(False, "the starting configuration has a non-finite energy or gradient (inverted elements?)")
     exact_refused = False
+    lowest_residual, steps_above_lowest = residual, 0
 
     while True:
         if residual <= threshold:
             return finish(True, f"residual {residual:.3g} ≤ {threshold:.3g} after {result.iterations} iterations")
+        if max_steps_without_progress is not None and steps_above_lowest >= max_steps_without_progress:
+            result.stalled = True
+            return finish(False, f"stalled: the residual stayed above its lowest {lowest_residual:.3g} for "
+                                 f"{steps_above_lowest} Newton steps (now {residual:.3g} > {threshold:.3g})")
         if result.iterations >= max_iterations:
             result.out_of_iterations = True
             return finish(False, f"no convergence in {max_iterations} iterations: residual {residual:.3g} "
@@ -407,6 +424,10 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
         result.energies.append(energy)
         result.residuals.append(residual)
         result.shifts.append(shift)
+        if residual < lowest_residual:
+            lowest_residual, steps_above_lowest = residual, 0
+        else:
+            steps_above_lowest += 1
         if not np.isfinite(residual):
             return finish(False, "the gradient became non-finite")
 
@@ -421,6 +442,7 @@ class NewtonSolver:
         self.constraints = constraints
         self.tolerance = tolerance
         self.max_iterations = max_iterations
+        self.max_steps_without_progress: int | None = None     # see newton_minimise
         self._linear_solver = CholmodLinearSolver()
 
     @property
@@ -442,7 +464,8 @@ class NewtonSolver:
         self.constraints.use_frame(skull_transform, jaw_transform)
         return newton_minimise(self.objective, self.constraints, self._linear_solver, x0,
                                tolerance=self.tolerance, max_iterations=self.max_iterations,
-                               force_scale=force_scale, max_forcing=max_forcing)
+                               force_scale=force_scale, max_forcing=max_forcing,
+                               max_steps_without_progress=self.max_steps_without_progress)
 
 
 def solve_reference_spsolve(objective: Objective, constraints: BoneConstraints, x0: np.ndarray,
