@@ -277,9 +277,8 @@ def test_jaw_open_recovers_an_opening_rotation(demo_rig, fitter):
 
 def test_a_trial_equilibrium_that_stalls_is_returned_unconverged_without_a_second_start(demo_model, demo_rig):
     """A trial solve whose residual stops falling (FitSettings.trial_stall_steps) comes back
-    unconverged after one solve, not retried from the last equilibrium, so the fit rejects the
-    step; the default limit lets an ordinary step converge, and the fit logs each trial's
-    Newton iterations."""
+    unconverged after one solve, not retried from the last equilibrium (the fit rejects every
+    unconverged trial); under the default limit a shorter step converges."""
     region, _ = face_region(demo_model, demo_rig)
     fitter = ShapeFitter(demo_model, demo_model["skin_vertices"], demo_model["skin_triangles"], region,
                          fit_module.FitSettings(trial_stall_steps=1))
