@@ -10,8 +10,9 @@ Two parts, both on the same model:
    error on the face region (mean / 95th percentile / max mm).
 2. With --all-jobs N: every shape key of the rig through `fit_shapes` with N worker processes
    (what `python -m solver fit --jobs N` runs), its wall time, a per-shape table, how many
-   shapes meet the issue's targets (eye-look shapes excluded), and optionally FIT.npz and the
-   error heat-map picture.
+   shapes meet the issue's targets (eye-look shapes excluded), the per-shape seconds summed and
+   their median, which shapes started from their mirror partner's fit (shapes.fit_shapes), and
+   optionally FIT.npz and the error heat-map picture.
 
     .venv/bin/python bench/fit.py [--target-tets 35000] [--model MODEL.npz]
         [--shapes jawOpen,mouthSmile_L,browInnerUp] [--methods reduced,ipopt]
@@ -42,7 +43,7 @@ sys.path.insert(0, str(REPOSITORY))
 
 from solver.inverse.fit import FitSettings, ShapeFitter  # noqa: E402
 from solver.inverse.fit_file import save_fit  # noqa: E402
-from solver.inverse.shapes import CONTEXT_SHAPES, face_region, fit_shapes  # noqa: E402
+from solver.inverse.shapes import CONTEXT_SHAPES, describe_start, face_region, fit_shapes  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
 from solver.model_file import load_model, save_model  # noqa: E402
 from tests.ict_data import ICT_PATH, ict_available, load_ict_rig  # noqa: E402
@@ -101,7 +102,8 @@ def all_shapes(model, rig, jobs, fit_output, picture):
 
     def progress(fit, done, total):
         print(f"  [{done:>2}/{total}] {fit.name:<20} {fit.seconds:6.1f} s  {fit.iterations:>3} its  "
-              f"{fit.error_mm[0]:.3f} / {fit.error_mm[1]:.3f} / {fit.error_mm[2]:.2f} mm  {fit.status}", flush=True)
+              f"{fit.error_mm[0]:.3f} / {fit.error_mm[1]:.3f} / {fit.error_mm[2]:.2f} mm  {fit.status}"
+              f"{describe_start(fit.started_from)}", flush=True)
 
     print(f"\nall {len(names)} shape keys with {jobs} worker processes:")
     started = time.perf_counter()
@@ -111,7 +113,12 @@ def all_shapes(model, rig, jobs, fit_output, picture):
     judged = [i for i, n in enumerate(names) if not n.startswith("eyeLook")]
     meeting = [i for i in judged if errors[i, 0] <= MEAN_TARGET_MM and errors[i, 1] <= PERCENTILE_TARGET_MM]
     neutral = [names[i] for i in range(len(names)) if not str(status[i]).startswith("fitted")]
+    seconds = np.asarray(arrays["seconds"], dtype=np.float64)
+    mirrored = np.char.startswith(np.asarray(arrays["fit_start"]), "mirror:")
     print(f"total wall time {wall:.0f} s ({wall / len(names):.1f} s per shape with {jobs} jobs)")
+    print(f"per shape on one core: summed {seconds.sum():.0f} s, median {np.median(seconds):.0f} s, "
+          f"range {seconds.min():.0f}-{seconds.max():.0f} s, {int((seconds <= 30.0).sum())} of {len(names)} within 30 s; "
+          f"{int(mirrored.sum())} started from their mirror partner's fit ({seconds[mirrored].sum():.0f} s summed)")
     print(f"neutral (not fitted): {', '.join(neutral) or 'none'}")
     print(f"meeting mean ≤ {MEAN_TARGET_MM} mm and 95th ≤ {PERCENTILE_TARGET_MM} mm: {len(meeting)} of "
           f"{len(judged)} (eye-look shapes excluded)")
@@ -126,7 +133,8 @@ def all_shapes(model, rig, jobs, fit_output, picture):
     return {"wall_seconds": wall, "jobs": jobs, "shapes": len(names), "meeting_targets": len(meeting),
             "judged": len(judged), "neutral": neutral,
             "per_shape": {names[i]: {"error_mm": [float(e) for e in errors[i]], "seconds": float(arrays["seconds"][i]),
-                                     "iterations": int(arrays["iterations"][i]), "status": str(status[i])}
+                                     "iterations": int(arrays["iterations"][i]), "status": str(status[i]),
+                                     "start": str(arrays["fit_start"][i])}
                           for i in range(len(names))}}
 
 

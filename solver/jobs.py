@@ -245,7 +245,7 @@ MAX_FIT_PROCESSES = 64
 # The per-shape arrays of FIT.npz (solver/inverse/shapes.py), merged shape by shape when a fit
 # job keeps the shapes of an earlier fit; every other key is taken from the new fit.
 PER_SHAPE_FIT_KEYS = ("shape_key_names", "activations", "jaw", "fit_error_mm", "status", "detail_residual",
-                      "iterations", "seconds", "contractions", "fit_context")
+                      "iterations", "seconds", "contractions", "fit_context", "fit_start")
 
 
 def _animate_settings(settings: dict) -> dict:
@@ -358,13 +358,14 @@ def _merged_fit(new: dict, previous: Optional[dict], rig_names: list) -> dict:
             else:     # an older fit without this per-shape key: the value a fresh fit gives a motionless shape
                 stacked.append(np.zeros_like(np.asarray(new[key][0])) if key != "contractions"
                                else np.ones_like(np.asarray(new[key][0])))
-        merged[key] = np.array(stacked) if key in ("shape_key_names", "status", "fit_context") else np.stack(stacked)
+        merged[key] = np.array(stacked) if key in ("shape_key_names", "status", "fit_context", "fit_start") \
+            else np.stack(stacked)
     return merged
 
 
 def _run_fit(job: dict, messages: JobMessages) -> dict:
     from .inverse.fit_file import save_fit
-    from .inverse.shapes import CONTEXT_SHAPES, fit_shapes, select_shapes
+    from .inverse.shapes import CONTEXT_SHAPES, describe_start, fit_shapes, kept_fits, select_shapes
     from .model_file import load_model
     from .rig import load_rig
     settings = job["settings"]
@@ -394,13 +395,15 @@ def _run_fit(job: dict, messages: JobMessages) -> dict:
         mean, p95, worst = (float(value) for value in fit.error_mm)
         on_top = f" on top of {fit.context}" if fit.context else ""
         messages.progress(f"{fit.name} ({done}/{total}): {fit.status}{on_top}, error mean {mean:.2f} / 95th "
-                          f"{p95:.2f} / max {worst:.2f} mm", fraction=round(done / total, 4), shape=fit.name,
-                          done=done, total=total, status=fit.status, context=fit.context,
+                          f"{p95:.2f} / max {worst:.2f} mm{describe_start(fit.started_from)}",
+                          fraction=round(done / total, 4), shape=fit.name, done=done, total=total,
+                          status=fit.status, context=fit.context, start=fit.started_from,
                           error_mm=[round(mean, 4), round(p95, 4), round(worst, 4)],
                           iterations=int(fit.iterations), seconds=round(float(fit.seconds), 2))
 
-    arrays = _merged_fit(fit_shapes(model, rig, names, jobs=settings["jobs"], progress=on_shape), previous,
-                         rig_names)
+    earlier = kept_fits(previous) if previous is not None else None
+    arrays = _merged_fit(fit_shapes(model, rig, names, jobs=settings["jobs"], progress=on_shape,
+                                    earlier_fits=earlier), previous, rig_names)
     output = job["outputs"]["fit"]
     save_fit(output, arrays)      # atomic: a cancel or crash never leaves half a fit where a good one was
     all_names = [str(name) for name in arrays["shape_key_names"]]

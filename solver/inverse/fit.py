@@ -95,6 +95,9 @@ class ShapeFit:
     objective_history: list = field(default_factory=list)
     contractions: np.ndarray | None = None   # (m,) γ of the local step at the end
     context: str = ""                    # the shape this one was fitted on top of (shapes.CONTEXT_SHAPES)
+    # Where the fit began: "neutral" (the neutral face), or "guess" when the guess handed to
+    # ShapeFitter.fit fitted better; shapes.fit_shapes names the guess ("mirror:mouthSmile_L").
+    started_from: str = "neutral"
     # Per outer iteration: objective, accepted decrease, predicted decrease, their ratio, the LM
     # damping after the step, the share of tets whose step the eigenvalue bounds shortened and
     # the Newton iterations of each trial equilibrium (all but an accepted last one rejected).
@@ -143,7 +146,9 @@ class ShapeFitter:
 
     # ------------------------------------------------------------------ fitting
 
-    def fit(self, name: str, delta) -> ShapeFit:
+    def fit(self, name: str, delta, start: tuple[np.ndarray, np.ndarray] | None = None) -> ShapeFit:
+        """Fit one shape key (delta (V,3) from the rest skin). `start` (activations (A,6), jaw (5,)):
+        a guess to begin from instead of the neutral face, used when its objective is lower."""
         started = time.perf_counter()
         target = self.rest_skin + np.asarray(delta, dtype=np.float64)
         motion = np.linalg.norm(np.asarray(delta), axis=1).max()
@@ -155,8 +160,8 @@ class ShapeFitter:
                             seconds=time.perf_counter() - started)
         s = self.settings
         normals = vertex_normals(target, self.triangles)
-        state = self.rest_state
         contractions = np.ones(len(self.membership.muscle_names))
+        state, started_from = self._starting_state(target, normals, contractions, start)
         damping = 1e-3
         history = []
         step_log = []
@@ -221,7 +226,25 @@ class ShapeFitter:
         return ShapeFit(name=name, activations=state.activations, jaw=state.jaw, skin=state.skin.copy(),
                         error_mm=face_errors_mm(state.skin, target, self.face_region), status="fitted",
                         iterations=iterations, seconds=time.perf_counter() - started,
-                        objective_history=history, contractions=contractions, step_log=step_log)
+                        objective_history=history, contractions=contractions, step_log=step_log,
+                        started_from=started_from)
+
+    def _objective(self, state, target, normals, contractions):
+        contractions = self.prior.best_contractions(state.activations, contractions)
+        fit_value = self._fit_residual(state.skin, target, normals)[1]
+        return fit_value + self._regularisation(state.activations, contractions)
+
+    def _starting_state(self, target, normals, contractions, start):
+        """(state, "neutral" or "guess"): the guess's equilibrium, solved from the neutral face,
+        when it converges and fits better than the neutral face; else the neutral face."""
+        if start is None:
+            return self.rest_state, "neutral"
+        guess = self.face.solve(np.asarray(start[0], dtype=np.float64), np.asarray(start[1], dtype=np.float64),
+                                start=self.rest_state.x)
+        if guess.converged and (self._objective(guess, target, normals, contractions)
+                                < self._objective(self.rest_state, target, normals, contractions)):
+            return guess, "guess"
+        return self.rest_state, "neutral"
 
     def _solve_trial(self, linear, state, step_a, step_b):
         """The equilibrium after the step, started from its first-order prediction

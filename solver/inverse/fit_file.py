@@ -1,4 +1,4 @@
-"""FIT.npz: the activations and jaw pose fitted to each shape key (docs/fit-format.md).
+"""FIT.npz: the activations and jaw pose fitted to each shape key (docs/inverse-physics.md, "FIT.npz").
 
 Written atomically, read without unpickling, validated against the model it belongs to.
 """

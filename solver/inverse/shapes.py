@@ -1,9 +1,14 @@
 """Fit every (or the chosen) shape key of a rig, in parallel processes: the `fit` command's work.
 
-Shapes are independent problems, so `jobs` worker processes each build one ShapeFitter (the
-neutral solve and the symbolic analysis once per worker) and take shapes from a queue; the
-parent reports each finished shape as it arrives. Each worker runs numba and BLAS on one
-thread, so N jobs use N cores without oversubscribing them.
+`jobs` worker processes each build one ShapeFitter (the neutral solve and the symbolic analysis
+once per worker) and take shapes as the parent hands them out; the parent reports each finished
+shape as it arrives. Each worker runs numba and BLAS on one thread, so N jobs use N cores without
+oversubscribing them.
+
+Mirrored starts: the later shape of a mirrored pair (mouthSmile_R after mouthSmile_L) starts
+from the reflection of the earlier one's fit (mirror.py). It is handed out only once that fit is
+in, and the guess is used only if it fits the target better than the neutral face. FIT.npz
+records each shape's start in `fit_start`.
 
 Context shapes: ARKit defines mouthClose on top of jawOpen (it closes the lips of an open jaw).
 On its own its target moves the lower lip ~3 cm up *through* the upper lip (ICT face: 32 mm up,
@@ -27,8 +32,10 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import queue
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -36,7 +43,8 @@ import numpy as np
 from ..model_file import model_landmarks
 from ..rig import FaceRig
 from .fit import FitSettings, ShapeFit, ShapeFitter
-from .regularizers import neutral_activations
+from .mirror import ModelMirror, mirror_partner
+from .regularizers import MuscleMembership, neutral_activations
 
 FACE_REGION_GROUP = "face_region"
 # shape → the shape it is defined on top of (ARKit convention)
@@ -96,8 +104,8 @@ def _start_worker(model, deltas, region, settings):
     _worker_deltas = deltas
 
 
-def _fit_in_worker(name) -> ShapeFit:
-    return _worker_fitter.fit(name, _worker_deltas[name])
+def _fit_in_worker(name, start) -> ShapeFit:
+    return _worker_fitter.fit(name, _worker_deltas[name], start=start)
 
 
 @contextmanager
@@ -115,30 +123,113 @@ def _single_threaded_children():
                 os.environ[key] = value
 
 
+def mirror_sources(names: Sequence[str], mirrored: bool, earlier: Sequence[str] = ()) -> dict:
+    """shape → the shape whose fit it starts from, reflected (only when the model has a mirror):
+    the later shape of each mirrored pair in `names`, and a shape whose partner is not fitted
+    now but is among the `earlier` fits. Context shapes keep the neutral start: mouthClose
+    started from jawOpen's fit on the ICT face ended less accurate (1.07 / 5.67 mm against
+    0.98 / 5.08) for a 7 % shorter fit."""
+    if not mirrored:
+        return {}
+    sources = {}
+    for position, name in enumerate(names):
+        partner = mirror_partner(name, names)
+        if partner is not None and names.index(partner) < position:
+            sources[name] = partner
+        elif partner is None and mirror_partner(name, earlier) is not None:
+            sources[name] = mirror_partner(name, earlier)
+    return sources
+
+
+@dataclass(frozen=True)
+class KeptFit:
+    """A shape's fit from an earlier FIT.npz: what a mirror partner fitted now may start from."""
+    status: str
+    activations: np.ndarray
+    jaw: np.ndarray
+
+
+def kept_fits(fit_arrays) -> dict:
+    """shape → KeptFit for every shape of FIT.npz arrays (fit_file.load_fit)."""
+    return {str(name): KeptFit(str(status), np.asarray(activations), np.asarray(jaw))
+            for name, status, activations, jaw in zip(fit_arrays["shape_key_names"], fit_arrays["status"],
+                                                      fit_arrays["activations"], fit_arrays["jaw"])}
+
+
+def _mirrored_guess(source: Optional[str], fits: dict, mirror: Optional[ModelMirror]):
+    """(activations, jaw) to start from, or None when there is no source or it was not fitted."""
+    if source is None or fits[source].status != "fitted":
+        return None
+    return mirror.activations(fits[source].activations), mirror.jaw(fits[source].jaw)
+
+
+def describe_start(started_from: str) -> str:
+    """Words for a `fit_start` label, for progress lines: "" for the neutral face."""
+    kind, _, name = started_from.partition(":")
+    return f", started from the mirror of {name}" if kind == "mirror" else ""
+
+
+def _labelled(fit: ShapeFit, source: Optional[str]) -> ShapeFit:
+    started = f"mirror:{source}" if fit.started_from == "guess" else fit.started_from
+    return dataclasses.replace(fit, started_from=started)
+
+
 def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings | None = None, jobs: int = 1,
-               progress: Callable[[ShapeFit, int, int], None] = lambda fit, done, total: None) -> dict:
-    """Fit the named shape keys; returns the FIT.npz arrays (fit_file.py) in the rig's order."""
+               progress: Callable[[ShapeFit, int, int], None] = lambda fit, done, total: None,
+               earlier_fits: Optional[dict] = None) -> dict:
+    """Fit the named shape keys; returns the FIT.npz arrays (fit_file.py) in the rig's order.
+    `earlier_fits`: shape → KeptFit (kept_fits) of an earlier fit, used only as mirrored starts:
+    re-fitting mouthSmile_R alone starts from the reflection of the kept mouthSmile_L.
+
+    The later shape of a mirrored pair waits for the earlier one's fit and starts from its
+    reflection (mirror_sources), on one process or many: which start a shape gets does not depend
+    on the number of jobs or on timing."""
     settings = settings or FitSettings()
     region, region_source = face_region(model, rig)
     all_names = [str(name) for name in rig.shape_key_names]
     deltas = {name: np.asarray(rig.shape_key_deltas[all_names.index(name)]) for name in names}
     contexts = fit_contexts(names)
     fitted_deltas = {name: deltas[name] + (deltas[contexts[name]] if name in contexts else 0.0) for name in names}
+    mirror = ModelMirror.from_model(model, MuscleMembership.from_model(model).tets)
+    earlier_fits = {name: fit for name, fit in (earlier_fits or {}).items() if name not in names}
+    sources = mirror_sources(list(names), mirror is not None, list(earlier_fits))
     started = time.perf_counter()
     results: dict[str, ShapeFit] = {}
+    known = dict(earlier_fits)      # the fits a guess may come from: earlier ones, then each new one
+    fitter = None
+    finished: "queue.Queue" = queue.Queue()
+
+    def report(fit):
+        results[fit.name] = known[fit.name] = _labelled(fit, sources.get(fit.name))
+        progress(dataclasses.replace(results[fit.name], context=contexts.get(fit.name, "")), len(results),
+                 len(names))
+
+    def ready():
+        return [name for name in pending if name not in sources or sources[name] in known]
+
+    pending = list(names)
     if jobs <= 1 or len(names) <= 1:
         fitter = ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region, settings)
-        for name in names:
-            results[name] = fitter.fit(name, fitted_deltas[name])
-            progress(dataclasses.replace(results[name], context=contexts.get(name, "")), len(results), len(names))
+        while pending:
+            name = ready()[0]
+            pending.remove(name)
+            report(fitter.fit(name, fitted_deltas[name], start=_mirrored_guess(sources.get(name), known, mirror)))
     else:
-        fitter = None
         spawn = multiprocessing.get_context("spawn")
         with _single_threaded_children(), spawn.Pool(min(jobs, len(names)), initializer=_start_worker,
                                                      initargs=(model, fitted_deltas, region, settings)) as pool:
-            for fit in pool.imap_unordered(_fit_in_worker, names):
-                results[fit.name] = fit
-                progress(dataclasses.replace(fit, context=contexts.get(fit.name, "")), len(results), len(names))
+            running = 0
+            while pending or running:
+                for name in ready()[:min(jobs, len(names)) - running]:
+                    pending.remove(name)
+                    running += 1
+                    pool.apply_async(_fit_in_worker, (name, _mirrored_guess(sources.get(name), known, mirror)),
+                                     callback=finished.put, error_callback=finished.put)
+                outcome = finished.get()
+                running -= 1
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                report(outcome)
     if contexts:
         fitter = fitter or ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region, settings)
         for name, context_name in contexts.items():
@@ -160,6 +251,7 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
         "contractions": np.stack([fit.contractions if fit.contractions is not None
                                   else np.ones(len(model["muscle_names"])) for fit in ordered]),
         "fit_context": np.array([contexts.get(name, "") for name in names], dtype=str),
+        "fit_start": np.array([fit.started_from for fit in ordered], dtype=str),
         "face_region": region,
         "face_region_source": np.array(region_source),
         "tet_count": np.array(len(model["tets"])),
