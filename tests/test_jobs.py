@@ -332,6 +332,20 @@ def test_fitting_some_shape_keys_keeps_the_others_of_the_earlier_fit(tmp_path, f
                     np.testing.assert_array_equal(new[key][row], old[key][row], err_msg=f"{key} of {name}")
 
 
+def test_refitting_one_shape_of_a_pair_starts_from_the_kept_partner(tmp_path, few_shapes_fit, demo_rig,
+                                                                     small_model):
+    job_files.write_fit_job(tmp_path, small_model, demo_rig, ["mouthSmile_R"], processes=1,
+                            previous_fit=few_shapes_fit["fit"])
+    code, messages, err = _run(tmp_path)
+    assert code == 0, err
+    line = next(m for m in messages if m["type"] == "progress" and m.get("shape") == "mouthSmile_R")
+    assert line["start"] == "mirror:mouthSmile_L"
+    assert "started from the mirror of mouthSmile_L" in line["message"]
+    with np.load(tmp_path / "fit.npz", allow_pickle=False) as new:
+        starts = dict(zip((str(name) for name in new["shape_key_names"]), (str(s) for s in new["fit_start"])))
+    assert starts["mouthSmile_R"] == "mirror:mouthSmile_L" and starts["mouthSmile_L"] == "neutral"
+
+
 def test_sigterm_stops_a_parallel_fit_and_its_workers_and_keeps_the_earlier_fit(tmp_path, demo_rig, small_model):
     job_files.write_fit_job(tmp_path, small_model, demo_rig, None, processes=2)
     (tmp_path / "fit.npz").write_bytes(b"an earlier good fit")
