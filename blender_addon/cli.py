@@ -161,8 +161,10 @@ def _run_fit_job(obj, shapes: str, processes):
         for shape in job.finished_shapes[printed:]:
             mean, p95, worst = shape["error_mm"]
             on_top = f" on top of {shape['context']}" if shape.get("context") else ""
+            start = str(shape.get("start") or "")
+            mirrored = f", started from the mirror of {start[len('mirror:'):]}" if start.startswith("mirror:") else ""
             print(f"  {shape['shape']}: {shape['status']}{on_top}, error mean {mean:.2f} / 95th {p95:.2f} / "
-                  f"max {worst:.2f} mm", flush=True)
+                  f"max {worst:.2f} mm{mirrored}", flush=True)
         printed = len(job.finished_shapes)
 
     try:

@@ -146,15 +146,17 @@ def read_result_positions(job_dir) -> np.ndarray:
 
 
 def read_fit_summary(fit_path) -> dict:
-    """Per fitted shape its errors (mean, 95th percentile, max in mm), status and context, read
-    without the solver (numpy only; FIT.npz is docs/inverse-physics.md)."""
+    """Per fitted shape its errors (mean, 95th percentile, max in mm), status, context and start
+    ("neutral" or "mirror:<shape>"; "" in fits made before FIT.npz recorded it), read without
+    the solver (numpy only; FIT.npz is docs/inverse-physics.md)."""
     with np.load(fit_path, allow_pickle=False) as fit:
         names = [str(name) for name in fit["shape_key_names"]]
         errors = np.asarray(fit["fit_error_mm"], dtype=np.float64).reshape(len(names), 3)
         status = [str(text) for text in fit["status"]]
         contexts = [str(text) for text in fit["fit_context"]] if "fit_context" in fit.files else [""] * len(names)
+        starts = [str(text) for text in fit["fit_start"]] if "fit_start" in fit.files else [""] * len(names)
         return {"shapes": [{"name": name, "error_mm": tuple(float(e) for e in errors[row]), "status": status[row],
-                            "context": contexts[row]} for row, name in enumerate(names)],
+                            "context": contexts[row], "start": starts[row]} for row, name in enumerate(names)],
                 "tets": int(fit["tet_count"]), "skin_vertices": int(fit["skin_vertex_count"])}
 
 

@@ -36,7 +36,7 @@ class Job:
         self.status: Optional[str] = None          # from the `done` message
         self.fraction = 0.0
         self.message = "starting the solver"
-        # Per finished shape of a fit: {"shape", "error_mm", "status", "context"}; shown while the
+        # Per finished shape of a fit: {"shape", "error_mm", "status", "context", "start"}; shown while the
         # fit runs and kept out of the scene until it succeeds.
         self.finished_shapes: List[dict] = []
         self.outcome: Optional[str] = None         # 'FINISHED' | 'CANCELLED' | 'FAILED'
@@ -65,7 +65,7 @@ class Job:
                     self.fraction = float(message["fraction"])
                 if isinstance(message.get("shape"), str) and isinstance(message.get("error_mm"), list):
                     self.finished_shapes.append({key: message.get(key) for key in
-                                                 ("shape", "error_mm", "status", "context")})
+                                                 ("shape", "error_mm", "status", "context", "start")})
             elif kind == "warning":
                 self.warnings.append(str(message.get("message", "")))
             elif kind == "error":

@@ -222,7 +222,7 @@ def refresh_fit_list(obj) -> None:
         item.fitted = shape is not None
         if shape is not None:
             item.error_mean_mm, item.error_p95_mm, item.error_max_mm = shape["error_mm"]
-            item.status, item.context = shape["status"], shape["context"]
+            item.status, item.context, item.start = shape["status"], shape["context"], shape["start"]
     rows = [item for item in settings.fit_shapes if item.fitted]
     if rows:
         max(rows, key=lambda item: item.error_mean_mm).worst = True

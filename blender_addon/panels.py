@@ -93,7 +93,8 @@ class FACE_PHYSICS_UL_fit_shapes(bpy.types.UIList):
         if item.context:
             label += f" on {item.context}"
         split = row.split(factor=0.58, align=True)
-        split.label(text=label)
+        # The mirror icon marks a fit started from its partner's fit, reflected.
+        split.label(text=label, icon='MOD_MIRROR' if item.start.startswith("mirror:") else 'NONE')
         if not item.fitted:
             split.label(text="not fitted")
         elif item.status != "fitted":

@@ -48,6 +48,8 @@ class FACE_PHYSICS_PG_fit_shape(bpy.types.PropertyGroup):
     error_max_mm: FloatProperty(name="Max (mm)", description="Largest distance, mm")
     status: StringProperty(description="'fitted', or why the shape was left neutral")
     context: StringProperty(description="The shape key this one was fitted on top of (jawOpen for mouthClose)")
+    start: StringProperty(description="Where the fit began: 'neutral', or 'mirror:<shape>' when it started "
+                                      "from the mirror image of its partner's fit")
     worst: BoolProperty(description="The shape key with the largest mean error")
 
 

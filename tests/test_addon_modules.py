@@ -176,10 +176,11 @@ def test_the_fit_summary_is_read_without_the_solver(tmp_path):
     path = tmp_path / "fit.npz"
     np.savez(path, shape_key_names=np.array(["jawOpen", "mouthClose"]), fit_error_mm=np.array([[1, 2, 3], [4, 5, 6.]]),
              status=np.array(["fitted", "fitted"]), fit_context=np.array(["", "jawOpen"]), tet_count=np.array(10),
-             skin_vertex_count=np.array(4))
+             skin_vertex_count=np.array(4), fit_start=np.array(["neutral", "mirror:jawOpen"]))
     summary = job_files.read_fit_summary(path)
     assert summary["tets"] == 10 and summary["shapes"][1] == {"name": "mouthClose", "error_mm": (4.0, 5.0, 6.0),
-                                                              "status": "fitted", "context": "jawOpen"}
+                                                              "status": "fitted", "context": "jawOpen",
+                                                              "start": "mirror:jawOpen"}
     assert job_files.read_fit_shape_names(path) == ["jawOpen", "mouthClose"]
 
 
