@@ -312,13 +312,17 @@ def test_a_fit_job_fits_every_shape_key_with_one_progress_line_each(tmp_path, de
     assert per_shape == set(jobs.PER_SHAPE_FIT_KEYS)
 
 
+def _refit(folder, shapes, few_shapes_fit, demo_rig, small_model) -> list:
+    """The messages of a fit job that fits `shapes` and keeps the rest of `few_shapes_fit`."""
+    job_files.write_fit_job(folder, small_model, demo_rig, shapes, processes=1, previous_fit=few_shapes_fit["fit"])
+    code, messages, err = _run(folder)
+    assert code == 0, err
+    return messages
+
+
 def test_fitting_some_shape_keys_keeps_the_others_of_the_earlier_fit(tmp_path, few_shapes_fit, demo_rig,
                                                                     small_model):
-    job_files.write_fit_job(tmp_path, small_model, demo_rig, ["jawOpen"], processes=1,
-                            previous_fit=few_shapes_fit["fit"])
-    code, messages, err = _run(tmp_path)
-    assert code == 0, err
-    result = messages[-2]
+    result = _refit(tmp_path, ["jawOpen"], few_shapes_fit, demo_rig, small_model)[-2]
     # mouthClose is stored relative to jawOpen, so it is fitted again with it.
     assert result["shapes"] == ["jawOpen", "mouthClose"]
     assert result["kept"] == ["mouthSmile_L", "browInnerUp"]           # in the rig's order
@@ -334,10 +338,7 @@ def test_fitting_some_shape_keys_keeps_the_others_of_the_earlier_fit(tmp_path, f
 
 def test_refitting_one_shape_of_a_pair_starts_from_the_kept_partner(tmp_path, few_shapes_fit, demo_rig,
                                                                      small_model):
-    job_files.write_fit_job(tmp_path, small_model, demo_rig, ["mouthSmile_R"], processes=1,
-                            previous_fit=few_shapes_fit["fit"])
-    code, messages, err = _run(tmp_path)
-    assert code == 0, err
+    messages = _refit(tmp_path, ["mouthSmile_R"], few_shapes_fit, demo_rig, small_model)
     line = next(m for m in messages if m["type"] == "progress" and m.get("shape") == "mouthSmile_R")
     assert line["start"] == "mirror:mouthSmile_L"
     assert "started from the mirror of mouthSmile_L" in line["message"]
