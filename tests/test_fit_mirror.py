@@ -21,7 +21,7 @@ MM = 1e-3
 
 @pytest.fixture(scope="module")
 def mirror(small_demo_model):
-    found = ModelMirror.from_model(small_demo_model, MuscleMembership.from_model(small_demo_model).tets)
+    found = ModelMirror.from_model(small_demo_model)
     assert found is not None, "the demo head is symmetric; its model should mirror onto itself"
     return found
 
@@ -69,7 +69,7 @@ def test_an_asymmetric_model_has_no_mirror(small_demo_model):
     positions = np.array(small_demo_model["rest_positions"], dtype=np.float64)
     positions[:, 0] += 0.3 * np.maximum(positions[:, 0], 0.0)      # the left half stretched sideways
     model["rest_positions"] = positions
-    assert ModelMirror.from_model(model, MuscleMembership.from_model(small_demo_model).tets) is None
+    assert ModelMirror.from_model(model) is None
 
 
 def test_mirrored_jaw_parameters_give_the_reflected_jaw_transform(small_demo_model, mirror):

@@ -21,7 +21,8 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy.spatial import cKDTree
 
-from ..physics.activation import NEUTRAL_ACTIVATION, symmetric_from_vector, vector_from_symmetric
+from ..physics.activation import (NEUTRAL_ACTIVATION, active_tet_indices, symmetric_from_vector,
+                                  vector_from_symmetric)
 
 # Name pairs of mirrored ARKit shapes: a suffix (mouthSmile_L) or a word (jawLeft, mouthLeft).
 MIRRORED_NAME_PARTS = (("_L", "_R"), ("Left", "Right"))
@@ -53,14 +54,14 @@ class ModelMirror:
     matched_share: float
 
     @classmethod
-    def from_model(cls, model, active_tets) -> Optional["ModelMirror"]:
+    def from_model(cls, model) -> Optional["ModelMirror"]:
         """The model's mirror, or None when its muscle tets are not symmetric."""
         frame = np.asarray(model["jaw_frame"], dtype=np.float64)
         normal = frame[:3, 0] / np.linalg.norm(frame[:3, 0])
         origin = frame[:3, 3]
         reflection = np.eye(3) - 2.0 * np.outer(normal, normal)
         positions = np.asarray(model["rest_positions"], dtype=np.float64)
-        tets = np.asarray(model["tets"])[np.asarray(active_tets)]
+        tets = np.asarray(model["tets"])[active_tet_indices(model)]
         if len(tets) == 0:
             return None
         corners = positions[tets]

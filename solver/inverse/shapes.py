@@ -44,7 +44,7 @@ from ..model_file import model_landmarks
 from ..rig import FaceRig
 from .fit import FitSettings, ShapeFit, ShapeFitter
 from .mirror import ModelMirror, mirror_partner
-from .regularizers import MuscleMembership, neutral_activations
+from .regularizers import neutral_activations
 
 FACE_REGION_GROUP = "face_region"
 # shape → the shape it is defined on top of (ARKit convention)
@@ -134,10 +134,11 @@ def mirror_sources(names: Sequence[str], mirrored: bool, earlier: Sequence[str] 
     sources = {}
     for position, name in enumerate(names):
         partner = mirror_partner(name, names)
+        kept_partner = mirror_partner(name, earlier)
         if partner is not None and names.index(partner) < position:
             sources[name] = partner
-        elif partner is None and mirror_partner(name, earlier) is not None:
-            sources[name] = mirror_partner(name, earlier)
+        elif partner is None and kept_partner is not None:
+            sources[name] = kept_partner
     return sources
 
 
@@ -190,7 +191,7 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
     deltas = {name: np.asarray(rig.shape_key_deltas[all_names.index(name)]) for name in names}
     contexts = fit_contexts(names)
     fitted_deltas = {name: deltas[name] + (deltas[contexts[name]] if name in contexts else 0.0) for name in names}
-    mirror = ModelMirror.from_model(model, MuscleMembership.from_model(model).tets)
+    mirror = ModelMirror.from_model(model)
     earlier_fits = {name: fit for name, fit in (earlier_fits or {}).items() if name not in names}
     sources = mirror_sources(list(names), mirror is not None, list(earlier_fits))
     started = time.perf_counter()
@@ -216,11 +217,12 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
             report(fitter.fit(name, fitted_deltas[name], start=_mirrored_guess(sources.get(name), known, mirror)))
     else:
         spawn = multiprocessing.get_context("spawn")
-        with _single_threaded_children(), spawn.Pool(min(jobs, len(names)), initializer=_start_worker,
+        workers = min(jobs, len(names))
+        with _single_threaded_children(), spawn.Pool(workers, initializer=_start_worker,
                                                      initargs=(model, fitted_deltas, region, settings)) as pool:
             running = 0
             while pending or running:
-                for name in ready()[:min(jobs, len(names)) - running]:
+                for name in ready()[:workers - running]:
                     pending.remove(name)
                     running += 1
                     pool.apply_async(_fit_in_worker, (name, _mirrored_guess(sources.get(name), known, mirror)),
