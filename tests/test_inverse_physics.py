@@ -216,6 +216,23 @@ def test_skin_jacobian_matches_finite_differences_of_the_equilibrium(demo_model,
     assert w @ product == pytest.approx((back_a * da).sum() + back_b @ db, rel=1e-10)
 
 
+def test_block_products_with_the_jacobian_match_one_direction_at_a_time(demo_model, membership):
+    """J and Jᵀ on many directions at once (one CHOLMOD solve each; the fibre fit's whole
+    Jacobian): column for column the same as the one-direction products the fit's CG uses."""
+    _, a, _, _, linear = _linearised_equilibrium(demo_model, membership, 1e-8, 14, 0.05, [0.04, 0.01, 0.0, 0.001, 0.0])
+    rng = np.random.default_rng(15)
+    d_activations, d_jaw = rng.normal(size=(a.size, 3)), rng.normal(size=(5, 3)) * 0.01
+    block = linear.skin_products(d_activations, d_jaw)
+    skin_vectors = rng.normal(size=block.shape)
+    back_a, back_b = linear.skin_transpose_products(skin_vectors)
+    for column in range(3):
+        single = linear.skin_product(d_activations[:, column].reshape(a.shape), d_jaw[:, column])
+        np.testing.assert_allclose(block[:, column], single, rtol=1e-10, atol=1e-12 * np.abs(single).max())
+        single_a, single_b = linear.skin_transpose_product(skin_vectors[:, column])
+        np.testing.assert_allclose(back_a[:, column], single_a.ravel(), rtol=1e-10, atol=1e-12 * np.abs(single_a).max())
+        np.testing.assert_allclose(back_b[:, column], single_b, rtol=1e-10, atol=1e-12 * np.abs(single_b).max())
+
+
 def test_predicted_start_is_the_first_order_equilibrium_and_saves_newton_iterations(demo_model, membership):
     """The fit starts each trial solve from x + (dx/dθ) δ: its error shrinks quadratically with
     the step, and the solve from it lands on the same equilibrium in fewer iterations."""

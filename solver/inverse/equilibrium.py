@@ -18,6 +18,7 @@ relative); everything downstream of it is exact.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -152,4 +153,27 @@ class Linearisation:
         adjoint = self._solve(self.P.T @ node_vector)
         d_activations = -self.coupling.force_jacobian_transpose_product(self.P @ adjoint, active_only=True)
         d_jaw = -self.jaw_residual_derivative.T @ adjoint + self.jaw_position_derivative.T @ node_vector
+        return d_activations, d_jaw
+
+    # Many directions at once: one CHOLMOD solve with k right-hand sides runs the supernodal
+    # triangular solves as matrix-matrix products (on ICT's 25,684 unknowns 1.2 ms a column at
+    # k = 64 against 6.6 ms for a lone vector); the fibre fit takes its whole Jacobian this way.
+
+    @functools.cached_property
+    def _force_jacobian(self):
+        """C = ∂∇E/∂a as a sparse 3N × 6A matrix (column 6j + k: component k of muscle tet j)."""
+        return self.coupling.force_jacobian(active_only=True)
+
+    def skin_products(self, d_activations, d_jaw) -> np.ndarray:
+        """J [θ₁ … θ_k]: (3V, k) for columns da (6A, k) (each an (A, 6) array flattened) and db (5, k)."""
+        residual_change = self.P.T @ (self._force_jacobian @ d_activations) + self.jaw_residual_derivative @ d_jaw
+        dq = -self._solve(residual_change)
+        return self.embedding @ (self.P @ dq + self.jaw_position_derivative @ d_jaw)
+
+    def skin_transpose_products(self, skin_vectors) -> tuple[np.ndarray, np.ndarray]:
+        """Jᵀ [w₁ … w_k] for skin_vectors (3V, k): (6A, k) and (5, k)."""
+        node_vectors = self.embedding.T @ skin_vectors
+        adjoint = self._solve(self.P.T @ node_vectors)
+        d_activations = -(self._force_jacobian.T @ (self.P @ adjoint))
+        d_jaw = -self.jaw_residual_derivative.T @ adjoint + self.jaw_position_derivative.T @ node_vectors
         return d_activations, d_jaw

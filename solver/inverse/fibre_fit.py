@@ -79,15 +79,12 @@ class FibreFitter:
         iterations = 0
         for iterations in range(1, self.max_iterations + 1):
             linear = base.face.linearise(state)
-            derivatives = self.activation_derivatives(log_contraction)
-            columns = [linear.skin_product(derivatives[m], np.zeros(5)) for m in range(muscle_count)]
-            for k in range(5):
-                unit = np.zeros(5)
-                unit[k] = JAW_SCALE[k]
-                columns.append(linear.skin_product(np.zeros_like(state.activations), unit))
-            jacobian = np.stack(columns, axis=1)                                               # (3V, m+5)
-            weighted_jacobian = np.stack([base._apply_fit_weights(column.reshape(-1, 3), normals).ravel()
-                                          for column in jacobian.T], axis=1)
+            # One column per muscle's log γ, then one per scaled jaw parameter: all in one solve.
+            per_muscle = self.activation_derivatives(log_contraction).reshape(muscle_count, -1).T     # (6A, m)
+            d_activations = np.hstack([per_muscle, np.zeros((per_muscle.shape[0], len(JAW_SCALE)))])
+            d_jaw = np.hstack([np.zeros((len(JAW_SCALE), muscle_count)), np.diag(JAW_SCALE)])
+            jacobian = linear.skin_products(d_activations, d_jaw)                                # (3V, m+5)
+            weighted_jacobian = base._apply_fit_weights(jacobian, normals)
             normal_matrix = jacobian.T @ weighted_jacobian
             gradient = jacobian.T @ weighted.ravel()
             scale = np.maximum(np.diag(normal_matrix), 1e-12 * np.diag(normal_matrix).max())

@@ -138,8 +138,12 @@ class ShapeFitter:
         return weighted, 0.5 * float(np.einsum("vk,vk->", offset, weighted))
 
     def _apply_fit_weights(self, skin_change, normals):
-        along_normal = np.einsum("vk,vk->v", skin_change, normals)
-        return self.vertex_weight[:, None] * (skin_change + self.settings.point_to_plane * along_normal[:, None] * normals)
+        """W applied to skin changes (V, 3), or (3V, k) / (V, 3, k) for k of them."""
+        change = skin_change.reshape(len(normals), 3, -1)
+        along_normal = np.einsum("vdk,vd->vk", change, normals)
+        weighted = self.vertex_weight[:, None, None] * (
+            change + self.settings.point_to_plane * along_normal[:, None, :] * normals[:, :, None])
+        return weighted.reshape(skin_change.shape)
 
     def _regularisation(self, activations, contractions):
         return self.prior.value(activations, contractions) + self.sparsity.value(activations)
