@@ -262,6 +262,26 @@ def fitter(demo_model, demo_rig):
     return ShapeFitter(demo_model, demo_model["skin_vertices"], demo_model["skin_triangles"], region)
 
 
+def test_fit_weights_on_a_block_of_skin_changes_match_one_change_at_a_time(demo_model, fitter):
+    """W (ω per vertex, plus ρ along the target normal) on (3V, k) as the fibre fit's Jacobian
+    uses it: column for column what one (V, 3) change gets."""
+    rng = np.random.default_rng(17)
+    vertex_count = len(fitter.rest_skin)
+    normals = rng.normal(size=(vertex_count, 3))
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    changes = rng.normal(size=(3 * vertex_count, 4))
+    block = fitter._apply_fit_weights(changes, normals)
+    assert block.shape == changes.shape
+    rho = fitter.settings.point_to_plane
+    for column in range(4):
+        change = changes[:, column].reshape(-1, 3)
+        single = fitter._apply_fit_weights(change, normals)
+        along = np.einsum("vk,vk->v", change, normals)
+        expected = fitter.vertex_weight[:, None] * (change + rho * along[:, None] * normals)
+        np.testing.assert_allclose(single, expected, rtol=1e-13, atol=1e-13 * np.abs(expected).max())
+        np.testing.assert_allclose(block[:, column], single.ravel(), rtol=1e-14, atol=0.0)
+
+
 def test_a_shape_made_by_the_simulator_is_fitted_closely(demo_model, membership, fitter):
     """A target the model can reach exactly (a left smile with the jaw a little open, simulated
     forward) is found again, mostly by the left smile muscles and the jaw. γ = 1.8 puts the
