@@ -358,8 +358,7 @@ def _merged_fit(new: dict, previous: Optional[dict], rig_names: list) -> dict:
             else:     # an older fit without this per-shape key: the value a fresh fit gives a motionless shape
                 stacked.append(np.zeros_like(np.asarray(new[key][0])) if key != "contractions"
                                else np.ones_like(np.asarray(new[key][0])))
-        merged[key] = np.array(stacked) if key in ("shape_key_names", "status", "fit_context", "fit_start") \
-            else np.stack(stacked)
+        merged[key] = np.stack(stacked)
     return merged
 
 
