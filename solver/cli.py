@@ -190,7 +190,7 @@ def _collision_scene(model, kinds, collider_paths, lip_vertices_path=None):
 
 def _fit(args, report):
     from .inverse.fit_file import save_fit
-    from .inverse.shapes import describe_start, fit_shapes, select_shapes
+    from .inverse.shapes import describe_start, fit_shapes, held_muscle_names, select_shapes
     from .model_file import load_model
     from .rig import load_rig
     model = load_model(args.model)
@@ -211,7 +211,7 @@ def _fit(args, report):
                         f"{describe_start(fit.started_from)}",
                         shape=fit.name, done=done, total=total, status=fit.status, start=fit.started_from,
                         error_mm=[round(float(e), 4) for e in fit.error_mm], iterations=int(fit.iterations),
-                        seconds=round(fit.seconds, 2))
+                        seconds=round(fit.seconds, 2), muscles_held=held_muscle_names(fit, model["muscle_names"]))
 
     arrays = fit_shapes(model, rig, names, jobs=args.jobs, progress=on_shape)
     save_fit(args.output, arrays)

@@ -245,7 +245,7 @@ MAX_FIT_PROCESSES = 64
 # The per-shape arrays of FIT.npz (solver/inverse/shapes.py), merged shape by shape when a fit
 # job keeps the shapes of an earlier fit; every other key is taken from the new fit.
 PER_SHAPE_FIT_KEYS = ("shape_key_names", "activations", "jaw", "fit_error_mm", "status", "detail_residual",
-                      "iterations", "seconds", "contractions", "fit_context", "fit_start")
+                      "iterations", "seconds", "contractions", "fit_context", "fit_start", "muscles_held")
 
 
 def _animate_settings(settings: dict) -> dict:
@@ -364,7 +364,7 @@ def _merged_fit(new: dict, previous: Optional[dict], rig_names: list) -> dict:
 
 def _run_fit(job: dict, messages: JobMessages) -> dict:
     from .inverse.fit_file import save_fit
-    from .inverse.shapes import CONTEXT_SHAPES, describe_start, fit_shapes, kept_fits, select_shapes
+    from .inverse.shapes import CONTEXT_SHAPES, describe_start, fit_shapes, held_muscle_names, kept_fits, select_shapes
     from .model_file import load_model
     from .rig import load_rig
     settings = job["settings"]
@@ -398,7 +398,8 @@ def _run_fit(job: dict, messages: JobMessages) -> dict:
                           fraction=round(done / total, 4), shape=fit.name, done=done, total=total,
                           status=fit.status, context=fit.context, start=fit.started_from,
                           error_mm=[round(mean, 4), round(p95, 4), round(worst, 4)],
-                          iterations=int(fit.iterations), seconds=round(float(fit.seconds), 2))
+                          iterations=int(fit.iterations), seconds=round(float(fit.seconds), 2),
+                          muscles_held=held_muscle_names(fit, model["muscle_names"]))
 
     earlier = kept_fits(previous) if previous is not None else None
     arrays = _merged_fit(fit_shapes(model, rig, names, jobs=settings["jobs"], progress=on_shape,

@@ -136,6 +136,10 @@ def test_a_shape_made_by_the_simulator_is_fitted_as_closely_as_by_the_reduced_me
     assert norms[names.index("zygomaticus_major_L")] > 3 * norms[names.index("zygomaticus_major_R")]
     assert fit.jaw[0] == pytest.approx(jaw_true[0], abs=0.01)
     assert np.linalg.eigvalsh(symmetric_from_vector(fit.activations)).min() >= MIN_ACTIVATION_EIGENVALUE - 1e-6
+    # The same muscles are held at rest by both methods, exactly at S = I here by IPOPT's fixed bounds.
+    np.testing.assert_array_equal(fit.held_muscles, reduced.held_muscles)
+    held_tets = shape_fitter.held_tets(fit.held_muscles)
+    assert np.all(fit.activations[held_tets] == np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0]))
 
 
 def test_a_shape_that_moves_almost_nothing_is_neutral(demo_model, full_space):

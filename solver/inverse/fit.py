@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..geometry import vertex_normals
-from ..physics.activation import symmetric_from_vector
+from ..physics.activation import symmetric_from_vector, vector_from_symmetric
 from .equilibrium import JAW_PARAMETER_COUNT, StaticFace
 from ..physics.activation import NEUTRAL_ACTIVATION
 from .regularizers import ActivationPrior, GroupSparsity, MuscleMembership, neutral_activations
@@ -51,6 +51,12 @@ IDLE_MUSCLE_NORM = 1e-3
 SNAP_SKIN_TOLERANCE = 0.01 * MILLIMETRE
 # Conjugate-gradient passes per step, each with the tets the bounds cut in the last one frozen.
 BOUND_PASSES = 3
+# Still muscles. A muscle's footprint is the skin its contraction moves at the neutral face: the
+# vertices it moves at least FOOTPRINT_SHARE of the most it moves any. A shape key that moves no
+# vertex of that footprint farther than STILL_MUSCLE_MOTION does not ask for the muscle, and it is
+# held at rest for that shape (docs/inverse-physics.md, "Still muscles").
+FOOTPRINT_SHARE = 0.1
+STILL_MUSCLE_MOTION = NEUTRAL_SHAPE_MOTION
 
 
 @dataclass
@@ -80,6 +86,11 @@ class FitSettings:
     # On three ICT shapes such solves took 28-47 steps, their residual above its lowest for 11-35
     # steps in a row; ordinary ones for at most 7 (docs/benchmarks.md). None: solve to the end.
     trial_stall_steps: int | None = 8
+    # Hold the muscles whose footprint the shape key leaves still at rest (FOOTPRINT_SHARE). R_sparse
+    # alone switches a far muscle off only along some paths: on ICT's mouthPucker the frontalis
+    # is on the threshold of its group-lasso condition at the neutral face, and two changes to
+    # the iteration that left the fit's error as it was ended with it on (docs/benchmarks.md).
+    hold_still_muscles: bool = True
 
 
 @dataclass
@@ -102,6 +113,9 @@ class ShapeFit:
     # damping after the step, the share of tets whose step the eigenvalue bounds shortened and
     # the Newton iterations of each trial equilibrium (all but an accepted last one rejected).
     step_log: list = field(default_factory=list)
+    # (m,) bool: the muscles held at rest because the shape leaves their footprint still
+    # (FitSettings.hold_still_muscles); every muscle for a motionless shape.
+    held_muscles: np.ndarray | None = None
 
 
 def face_errors_mm(skin, target, face_region) -> np.ndarray:
@@ -127,6 +141,38 @@ class ShapeFitter:
         self.vertex_weight = vertex_weight / (vertex_weight.sum() * MILLIMETRE ** 2)
         self.rest_state = self.face.solve(neutral_activations(self.membership.active_count), np.zeros(5),
                                           start=np.asarray(model["rest_positions"], dtype=np.float64).ravel())
+        self.muscle_footprints = self._muscle_footprints()
+
+    # ------------------------------------------------------------------ still muscles
+
+    def _muscle_footprints(self) -> np.ndarray:
+        """(V, m) bool: the skin vertices each muscle's contraction moves at the neutral face at
+        least FOOTPRINT_SHARE of the most it moves any. The contraction is R_act's preferred
+        direction, d/dγ Q D(γ) Qᵀ at γ = 1 = Q diag(−1, ½, ½) Qᵀ, on the muscle's tets by their
+        weights; all muscles in one solve with the neutral face's factor."""
+        m = self.membership
+        if m.active_count == 0 or m.weights.shape[1] == 0:
+            return np.zeros((len(self.rest_skin), m.weights.shape[1]), dtype=bool)
+        contraction = vector_from_symmetric(np.einsum("aik,k,ajk->aij", m.frames, np.array([-1.0, 0.5, 0.5]),
+                                                      m.frames))                              # (A, 6)
+        directions = (m.weights.T[:, :, None] * contraction[None]).reshape(m.weights.shape[1], -1).T   # (6A, m)
+        linear = self.face.linearise(self.rest_state)
+        motion = linear.skin_products(directions, np.zeros((JAW_PARAMETER_COUNT, directions.shape[1])))
+        motion = np.linalg.norm(motion.reshape(len(self.rest_skin), 3, -1), axis=1)          # (V, m)
+        peak = motion.max(axis=0)
+        return (motion >= FOOTPRINT_SHARE * peak) & (peak > 0.0)
+
+    def still_muscles(self, delta) -> np.ndarray:
+        """(m,) bool: the muscles whose footprint the shape key (delta (V, 3)) moves nowhere
+        farther than STILL_MUSCLE_MOTION."""
+        motion = np.linalg.norm(np.asarray(delta, dtype=np.float64), axis=1)
+        footprint_motion = np.where(self.muscle_footprints, motion[:, None], 0.0).max(axis=0)
+        return footprint_motion < STILL_MUSCLE_MOTION
+
+    def held_tets(self, held_muscles) -> np.ndarray:
+        """(A,) bool: the active tets that belong to any held muscle, so that each held muscle is
+        exactly at rest (its R_sparse norm 0); a tet shared with a working muscle is held too."""
+        return (self.membership.weights[:, np.asarray(held_muscles, dtype=bool)] > 0.0).any(axis=1)
 
     # ------------------------------------------------------------------ objective pieces
 
@@ -161,10 +207,16 @@ class ShapeFitter:
             return ShapeFit(name=name, activations=a_neutral, jaw=np.zeros(5), skin=self.rest_state.skin.copy(),
                             error_mm=face_errors_mm(self.rest_state.skin, target, self.face_region),
                             status=f"neutral: the shape moves the skin at most {motion / MILLIMETRE:.2f} mm",
-                            seconds=time.perf_counter() - started)
+                            seconds=time.perf_counter() - started,
+                            held_muscles=np.ones(len(self.membership.muscle_names), dtype=bool))
         s = self.settings
         normals = vertex_normals(target, self.triangles)
         contractions = np.ones(len(self.membership.muscle_names))
+        held_muscles = self.still_muscles(delta) if s.hold_still_muscles \
+            else np.zeros(len(self.membership.muscle_names), dtype=bool)
+        movable = ~self.held_tets(held_muscles)
+        if start is not None:
+            start = (np.where(movable[:, None], start[0], NEUTRAL_ACTIVATION), start[1])
         state, started_from = self._starting_state(target, normals, contractions, start)
         damping = 1e-3
         history = []
@@ -178,6 +230,7 @@ class ShapeFitter:
             linear = self.face.linearise(state)
             grad_a, grad_b = linear.skin_transpose_product(weighted.ravel())
             grad_a = grad_a + self.prior.gradient(state.activations, contractions) + self.sparsity.gradient(state.activations)
+            grad_a = grad_a * movable[:, None]
             grad_b = grad_b * JAW_SCALE
 
             def gauss_newton(direction_a, direction_b, damping_now):
@@ -194,7 +247,7 @@ class ShapeFitter:
                 step_a, step_b, predicted, shortened_share = _step_within_bounds(
                     lambda da, db: gauss_newton(da, db, damping), grad_a, grad_b,
                     self.prior.hessian_diagonal() + self.sparsity.hessian_diagonal(state.activations) + damping,
-                    state.activations, s.cg_tolerance, s.cg_iterations)
+                    state.activations, movable, s.cg_tolerance, s.cg_iterations)
                 trial = self._solve_trial(linear, state, step_a, step_b * JAW_SCALE)
                 trial_iterations.append(trial.iterations)
                 trial_weighted, trial_fit = self._fit_residual(trial.skin, target, normals)
@@ -214,10 +267,12 @@ class ShapeFitter:
                              "trial_iterations": trial_iterations})
             # A small decrease ends the fit only when the model agreed with it (ratio near one):
             # a poor ratio means the step was too long for the linearisation, and the larger
-            # damping of the next iteration may still find a real decrease.
+            # damping of the next iteration may still find a real decrease. A model that promises
+            # almost nothing ends it too; a negative promise does not: the eigenvalue bounds cut
+            # that step, and the next linearisation frees or freezes those tets.
             small = actual < max(s.relative_decrease * value, s.absolute_decrease)
             if not accepted or (small and ratio > 0.5) \
-                    or predicted < 0.1 * s.relative_decrease * value:
+                    or 0.0 <= predicted < 0.1 * s.relative_decrease * value:
                 break
         state = self._snap_idle_muscles(state)
         # Replay solves from the neutral face, not along the fit's path; the skin (and so the
@@ -231,7 +286,7 @@ class ShapeFitter:
                         error_mm=face_errors_mm(state.skin, target, self.face_region), status="fitted",
                         iterations=iterations, seconds=time.perf_counter() - started,
                         objective_history=history, contractions=contractions, step_log=step_log,
-                        started_from=started_from)
+                        started_from=started_from, held_muscles=held_muscles)
 
     def _objective(self, state, target, normals, contractions):
         contractions = self.prior.best_contractions(state.activations, contractions)
@@ -317,16 +372,17 @@ def _model_decrease(model_product, grad_a, grad_b, step_a, step_b):
     return -(grad_a * step_a).sum() - grad_b @ step_b - 0.5 * ((step_a * image_a).sum() + step_b @ image_b)
 
 
-def _step_within_bounds(model_product, grad_a, grad_b, diagonal_a, activations, tolerance, max_iterations):
-    """The Gauss–Newton step that keeps every S within the eigenvalue bounds: (δa, δb, predicted
-    decrease, share of tets whose step the bounds cut).
+def _step_within_bounds(model_product, grad_a, grad_b, diagonal_a, activations, movable, tolerance, max_iterations):
+    """The Gauss–Newton step over the `movable` tets (A,) bool that keeps every S within the
+    eigenvalue bounds: (δa, δb, predicted decrease, share of the movable tets whose step the
+    bounds cut).
 
     A step shortened per tet is no longer the model's minimiser, and once a fifth of the muscle
     tets sit at a bound its predicted decrease can turn negative: the fit used to stop there
     (ICT jawOpen after 3–7 iterations at 1.1–1.8 mm). So the tets the bounds cut are frozen and
     the step is solved again over the others — an active set rebuilt every outer iteration, so a
     tet can leave its bound later. Of the passes the one the model promises most is returned."""
-    free = np.ones(len(grad_a), dtype=bool)
+    free = np.array(movable, dtype=bool)
     best = solved = None
     for _ in range(BOUND_PASSES):
         mask = free[:, None].astype(np.float64)
@@ -345,7 +401,7 @@ def _step_within_bounds(model_product, grad_a, grad_b, diagonal_a, activations, 
         cut = fraction < 1.0
         if cut.any():
             predicted = _model_decrease(model_product, grad_a, grad_b, step_a, step_b)
-        candidate = (step_a, step_b, predicted, float(np.mean(cut | ~free)))
+        candidate = (step_a, step_b, predicted, float(np.mean((cut | ~free)[movable])) if movable.any() else 0.0)
         if best is None or predicted > best[2]:
             best = candidate
         if not cut.any():

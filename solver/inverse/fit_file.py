@@ -59,6 +59,10 @@ def load_fit(path, model=None) -> dict:
     residual = fit["detail_residual"]
     if residual.ndim != 3 or residual.shape[0] != count or residual.shape[2] != 3:
         raise FitFormatError(f"{path}: detail_residual must be (K, V, 3); found {residual.shape}")
+    held = fit.get("muscles_held")
+    if held is not None and (held.dtype != bool or held.ndim != 2 or held.shape[0] != count):
+        raise FitFormatError(f"{path}: muscles_held must be (K, m) booleans with K = {count}; "
+                             f"found {held.shape} {held.dtype}")
     for key in ("activations", "jaw", "detail_residual", "neutral_activations"):
         if not np.all(np.isfinite(fit[key])):
             raise FitFormatError(f"{path}: {key} contains NaN or infinite values; fit the shapes again")
@@ -70,4 +74,7 @@ def load_fit(path, model=None) -> dict:
                 f"{path} was fitted on another model ({fit_counts[0]} tets, {fit_counts[1]} muscle tets, "
                 f"{fit_counts[2]} skin vertices; this model has {model_counts[0]}, {model_counts[1]}, "
                 f"{model_counts[2]}); fit the shapes again on this model")
+        if held is not None and held.shape[1] != len(model["muscle_names"]):
+            raise FitFormatError(f"{path}: muscles_held has {held.shape[1]} muscles, the model "
+                                 f"{len(model['muscle_names'])}; fit the shapes again on this model")
     return fit

@@ -87,7 +87,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..geometry import vertex_normals
-from ..physics.activation import symmetric_from_vector, vector_from_symmetric
+from ..physics.activation import NEUTRAL_ACTIVATION, symmetric_from_vector, vector_from_symmetric
 from ..physics.activation_derivatives import ActivationCoupling
 from ..physics.bones import bone_transforms
 from ..physics.constraints import BoneConstraints
@@ -165,6 +165,8 @@ class FullSpaceProblem:
         self.layout = layout = fitter.layout
         self.size, self.constraint_count = layout.size, layout.constraint_count
         self.fit_hessian = layout.fit_hessian_in_pattern(self.normals)       # Bᵀ W̃ B on H's pattern
+        # The tets of the muscles held at rest (ShapeFitter.held_tets): fixed at S = I by their bounds.
+        self.held_tets = np.zeros(layout.active_count, dtype=bool)
         self._point: _Point | None = None
         self.configure(FullSpaceSettings(), 1.0)
         self._iterate = None
@@ -293,6 +295,8 @@ class FullSpaceProblem:
         lower, upper = np.full(self.size, -np.inf), np.full(self.size, np.inf)
         diagonal = layout.activation_slice.start + 6 * np.arange(layout.active_count)[:, None] + np.arange(3)
         lower[diagonal.ravel()] = MIN_ACTIVATION_EIGENVALUE
+        held = (layout.activation_slice.start + 6 * np.flatnonzero(self.held_tets)[:, None] + np.arange(6)).ravel()
+        lower[held] = upper[held] = np.tile(NEUTRAL_ACTIVATION, int(self.held_tets.sum()))
         return lower, upper
 
     def jacobianstructure(self):
@@ -628,8 +632,12 @@ class FullSpaceFitter:
                                 jaw=np.zeros(JAW_PARAMETER_COUNT), skin=f.rest_state.skin.copy(),
                                 error_mm=face_errors_mm(f.rest_state.skin, target, f.face_region),
                                 status=f"neutral: the shape moves the skin at most {motion / MILLIMETRE:.2f} mm",
-                                seconds=time.perf_counter() - started)
+                                seconds=time.perf_counter() - started,
+                                held_muscles=np.ones(len(f.membership.muscle_names), dtype=bool))
         problem = self.problem(delta)
+        held_muscles = f.still_muscles(delta) if f.settings.hold_still_muscles \
+            else np.zeros(len(f.membership.muscle_names), dtype=bool)
+        problem.held_tets = f.held_tets(held_muscles)
         z = problem.start_point()
         problem.configure(s, objective_scale=max(problem.objective(z), np.finfo(float).tiny))
         contractions = problem.contractions
@@ -672,4 +680,4 @@ class FullSpaceFitter:
                             iterations=int(sum(rounds)), seconds=time.perf_counter() - started,
                             objective_history=history, contractions=contractions, ipopt_iterations=rounds,
                             ipopt_status=statuses, ipopt_seconds=ipopt_seconds,
-                            equilibrium_gap_mm=float(gap / MILLIMETRE))
+                            equilibrium_gap_mm=float(gap / MILLIMETRE), held_muscles=held_muscles)

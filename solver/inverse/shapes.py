@@ -164,6 +164,13 @@ def _mirrored_guess(source: Optional[str], fits: dict, mirror: Optional[ModelMir
     return mirror.activations(fits[source].activations), mirror.jaw(fits[source].jaw)
 
 
+def held_muscle_names(fit: ShapeFit, muscle_names) -> list:
+    """The names of the muscles the fit held at rest (ShapeFit.held_muscles), for progress lines."""
+    if fit.held_muscles is None:
+        return []
+    return [str(muscle_names[i]) for i in np.flatnonzero(fit.held_muscles)]
+
+
 def describe_start(started_from: str) -> str:
     """Words for a `fit_start` label, for progress lines: "" for the neutral face."""
     kind, _, name = started_from.partition(":")
@@ -254,6 +261,8 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
                                   else np.ones(len(model["muscle_names"])) for fit in ordered]),
         "fit_context": np.array([contexts.get(name, "") for name in names], dtype=str),
         "fit_start": np.array([fit.started_from for fit in ordered], dtype=str),
+        "muscles_held": np.stack([fit.held_muscles if fit.held_muscles is not None
+                                  else np.zeros(len(model["muscle_names"]), dtype=bool) for fit in ordered]),
         "face_region": region,
         "face_region_source": np.array(region_source),
         "tet_count": np.array(len(model["tets"])),
