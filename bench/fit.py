@@ -13,10 +13,13 @@ Two parts, both on the same model:
    shapes meet the issue's targets (eye-look shapes excluded), the per-shape seconds summed and
    their median, which shapes started from their mirror partner's fit (shapes.fit_shapes), and
    optionally FIT.npz and the error heat-map picture.
+3. With --still-muscles-picture PATH: which muscles the fit holds at rest for a few shapes
+   (FitSettings.hold_still_muscles), drawn over each shape's motion; no fitting needed.
 
     .venv/bin/python bench/fit.py [--target-tets 35000] [--model MODEL.npz]
         [--shapes jawOpen,mouthSmile_L,browInnerUp] [--methods reduced,ipopt]
         [--all-jobs 2] [--fit-output FIT.npz] [--picture errors.png]
+        [--still-muscles-picture still.png]
 
 Anchor: about 3 minutes per shape in paper 000 §7 (IPOPT, 35,626 tets). Target: ≤ 30 s per
 shape on one core. Accuracy targets (physics only, eye-look shapes excluded): mean ≤ 1.0 mm and
@@ -138,6 +141,23 @@ def all_shapes(model, rig, jobs, fit_output, picture):
                           for i in range(len(names))}}
 
 
+STILL_MUSCLE_SHAPES = ("mouthPucker", "mouthSmile_L", "browOuterUp_L", "jawOpen")
+
+
+def still_muscles_picture(model, rig, path):
+    from solver.pictures.still_muscles import picture_still_muscles
+    region, _ = face_region(model, rig)
+    fitter = ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region)
+    names = [str(n) for n in rig.shape_key_names]
+    shapes = []
+    for name in STILL_MUSCLE_SHAPES:
+        delta = np.asarray(rig.shape_key_deltas[names.index(name)])
+        held = fitter.still_muscles(delta)
+        shapes.append((name, delta, held))
+        print(f"  {name}: {int(held.sum())} of {len(held)} muscles held")
+    print(f"wrote {picture_still_muscles(model, fitter.muscle_footprints, shapes, fitter.membership.muscle_names, path, region)}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target-tets", type=int, default=35000)
@@ -147,6 +167,7 @@ def main():
     parser.add_argument("--all-jobs", type=int, default=0, help="also fit every shape with this many processes")
     parser.add_argument("--fit-output", type=Path)
     parser.add_argument("--picture", type=Path)
+    parser.add_argument("--still-muscles-picture", type=Path)
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     args = parser.parse_args()
     if not ict_available():
@@ -171,6 +192,8 @@ def main():
         report["per_shape"] = per_shape(model, rig, shapes, [m for m in args.methods.split(",") if m])
     if args.all_jobs:
         report["all_shapes"] = all_shapes(model, rig, args.all_jobs, args.fit_output, args.picture)
+    if args.still_muscles_picture:
+        still_muscles_picture(model, rig, args.still_muscles_picture)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

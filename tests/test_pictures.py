@@ -307,3 +307,30 @@ def test_picture_sheet_writes_every_picture(model, tmp_path):
                                              "section_horizontal.png", "attachments.png"]
     for path in paths:
         assert path.is_file() and _load_png(path).std() > 12
+
+
+def test_still_muscles_picture_washes_the_held_footprints_and_names_them(model, tmp_path):
+    """Panels of the rest skin coloured by a shape's motion, the held muscles' footprints washed
+    grey-blue; the colours are the motion map elsewhere."""
+    from matplotlib import colormaps
+    from solver.pictures.fit_errors import COLOUR_MAP
+    from solver.pictures.still_muscles import (HELD_COLOUR, HELD_WASH, _pair_names, picture_still_muscles,
+                                               still_muscle_colours)
+    skin = model["skin_vertices"]
+    left = skin[:, 0] > 0.0
+    footprints = np.stack([left, ~left, np.abs(skin[:, 0]) < SPACING], axis=1)
+    delta = np.zeros_like(skin)
+    delta[~left, 2] = 0.004                          # the shape moves the right side 4 mm up
+    held = np.array([True, False, False])
+    colours = still_muscle_colours(np.linalg.norm(delta, axis=1) * 1000.0, footprints[:, held].any(axis=1), 4.0)
+    plain = colormaps[COLOUR_MAP](np.clip(np.linalg.norm(delta, axis=1) * 250.0, 0, 1))[:, :3]
+    np.testing.assert_allclose(colours[~left], plain[~left])
+    np.testing.assert_allclose(colours[left], (1 - HELD_WASH) * plain[left] + HELD_WASH * HELD_COLOUR)
+    path = picture_still_muscles(model, footprints, [("shape", delta, held), ("other", delta, ~held)],
+                                 [str(name) for name in MUSCLE_NAMES], tmp_path / "still.png")
+    image = np.asarray(Image.open(path))
+    assert image.shape[1] > image.shape[0] and image.std() > 10
+    assert _pair_names(["frontalis_L", "frontalis_R", "procerus_R", "orbicularis_oris"]) == \
+        "frontalis (L, R), procerus (R), orbicularis_oris"
+    with pytest.raises(ValueError, match="footprints"):
+        picture_still_muscles(model, footprints[:, :2], [("shape", delta, held)], list(MUSCLE_NAMES), tmp_path / "x.png")

@@ -120,7 +120,7 @@ def fit_error_sheet(model: dict, fit: dict, count: int = 3, limit_mm: Optional[f
     panels = [FitErrorPanel(captions[index], row, tuple(float(e) for e in errors[index]), vertex_errors[index])
               for row, chosen in (("worst", worst), ("best", best)) for index in chosen]
 
-    camera = _front_camera(model, skin_vertices[region])
+    camera = front_camera(model, skin_vertices[region])
     colour_map = colormaps[COLOUR_MAP]
     images = []
     for panel in panels:
@@ -188,7 +188,7 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def _front_camera(model: dict, framing: np.ndarray) -> Camera:
+def front_camera(model: dict, framing: np.ndarray) -> Camera:
     """A front view framing ``framing`` (the face region), in a panel of PANEL_HEIGHT pixels
     with the region's width-to-height ratio. The rest of the skin shows where it fits."""
     axes = HeadAxes.of(model)
