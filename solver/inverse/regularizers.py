@@ -175,9 +175,18 @@ class GroupSparsity:
         per_tet = self.weights @ (1.0 / norms)                                  # Σ_m w_im / ρ_m
         return self.strength * per_tet[:, None] * ACTIVATION_METRIC * offset
 
-    def hessian_product(self, activations, direction) -> np.ndarray:
-        """H v with H = Σ_m [W_m/ρ_m − (W_m d)(W_m d)ᵀ/ρ_m³] (W_m = w_im·W per tet, d = a − a_neut)."""
+    def _curvature_norms(self, activations, floor):
+        """(offset, ρ̂) with ρ̂_m = max(ρ_m, floor · √Σ_i w_im): the norms the curvature is taken at."""
         offset, norms = self._norms(activations)
+        if floor > 0.0:
+            norms = np.maximum(norms, floor * np.sqrt(self.weights.sum(axis=0)))
+        return offset, norms
+
+    def hessian_product(self, activations, direction, floor: float = 0.0) -> np.ndarray:
+        """H v with H = Σ_m [W_m/ρ_m − (W_m d)(W_m d)ᵀ/ρ_m³] (W_m = w_im·W per tet, d = a − a_neut).
+        With `floor` > 0, ρ_m is replaced by ρ̂_m (`_curvature_norms`): a softer curvature near
+        neutral, still positive semi-definite (the rank-one part is at most ρ_m²/ρ̂_m² ≤ 1 of the first)."""
+        offset, norms = self._curvature_norms(activations, floor)
         weighted_offset = ACTIVATION_METRIC * offset                            # W d per tet
         direction = np.asarray(direction)
         projection = self.weights.T @ np.einsum("ak,ak->a", weighted_offset, direction)   # (m,) Σ_i w_im (Wd)·v
@@ -185,9 +194,9 @@ class GroupSparsity:
         rank_one_part = (self.weights @ (projection / norms ** 3))[:, None] * weighted_offset
         return self.strength * (diagonal_part - rank_one_part)
 
-    def hessian_diagonal(self, activations) -> np.ndarray:
+    def hessian_diagonal(self, activations, floor: float = 0.0) -> np.ndarray:
         """(A, 6) an upper bound of the Hessian's diagonal (its first term), for preconditioning."""
-        _, norms = self._norms(activations)
+        _, norms = self._curvature_norms(activations, floor)
         return self.strength * (self.weights @ (1.0 / norms))[:, None] * ACTIVATION_METRIC
 
 
