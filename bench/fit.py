@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
-from solver.inverse.fit import FitSettings, ShapeFitter  # noqa: E402
+from solver.inverse.fit import MILLIMETRE, STILL_MUSCLE_MOTION, FitSettings, ShapeFitter  # noqa: E402
 from solver.inverse.fit_file import save_fit  # noqa: E402
 from solver.inverse.shapes import CONTEXT_SHAPES, describe_start, face_region, fit_shapes  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
@@ -155,7 +155,9 @@ def still_muscles_picture(model, rig, path):
         held = fitter.still_muscles(delta)
         shapes.append((name, delta, held))
         print(f"  {name}: {int(held.sum())} of {len(held)} muscles held")
-    print(f"wrote {picture_still_muscles(model, fitter.muscle_footprints, shapes, fitter.membership.muscle_names, path, region)}")
+    written = picture_still_muscles(model, fitter.muscle_footprints, shapes, fitter.membership.muscle_names, path,
+                                    region, threshold_mm=STILL_MUSCLE_MOTION / MILLIMETRE)
+    print(f"wrote {written}")
 
 
 def main():

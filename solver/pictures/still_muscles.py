@@ -41,10 +41,11 @@ def still_muscle_colours(motion_mm: np.ndarray, held_footprint: np.ndarray, limi
 
 
 def still_muscle_sheet(model: dict, footprints: np.ndarray, shapes: Sequence[tuple[str, np.ndarray, np.ndarray]],
-                       muscle_names: Sequence[str], region: np.ndarray | None = None) -> np.ndarray:
+                       muscle_names: Sequence[str], region: np.ndarray | None = None,
+                       threshold_mm: float = 0.5) -> np.ndarray:
     """The picture as an (H, W, 3) uint8 image. `footprints` (V, m) bool (ShapeFitter.muscle_footprints);
     `shapes`: (name, delta (V, 3) in metres, held (m,) bool) per panel; `region` (V,) bool frames the view
-    (default the whole skin)."""
+    (default the whole skin); `threshold_mm` the motion below which a footprint is held (for the title)."""
     skin = np.asarray(model["skin_vertices"], dtype=float)
     triangles = np.asarray(model["skin_triangles"])
     footprints = np.asarray(footprints, dtype=bool)
@@ -74,14 +75,16 @@ def still_muscle_sheet(model: dict, footprints: np.ndarray, shapes: Sequence[tup
                     label=f"shape-key motion (mm; ≥ {limit_mm:g} in the top colour)")
     figure.legend(handles=[Patch(color=HELD_COLOUR, label="skin of the held muscles")], loc="lower right",
                   fontsize=9, frameon=False)
-    figure.suptitle("Muscles held at rest: the shape key moves their skin less than 0.5 mm", fontsize=13, y=0.985)
+    figure.suptitle(f"Muscles held at rest: the shape key moves their skin less than {threshold_mm:g} mm", fontsize=13,
+                    y=0.985)
     figure.canvas.draw()
     return np.asarray(figure.canvas.buffer_rgba())[:, :, :3].copy()
 
 
-def picture_still_muscles(model: dict, footprints, shapes, muscle_names, path, region=None) -> Path:
+def picture_still_muscles(model: dict, footprints, shapes, muscle_names, path, region=None,
+                          threshold_mm: float = 0.5) -> Path:
     """Write `still_muscle_sheet` as a PNG; returns the path."""
-    return save_png(still_muscle_sheet(model, footprints, shapes, muscle_names, region), path)
+    return save_png(still_muscle_sheet(model, footprints, shapes, muscle_names, region, threshold_mm), path)
 
 
 def _pair_names(names: Sequence[str]) -> str:
