@@ -177,6 +177,13 @@ class ShapeFitter:
         footprint_motion = np.where(self.muscle_footprints, motion[:, None], 0.0).max(axis=0)
         return footprint_motion < STILL_MUSCLE_MOTION
 
+    def held_muscles(self, delta) -> np.ndarray:
+        """(m,) bool: the muscles a fit of this shape key holds at rest: its still muscles when
+        FitSettings.hold_still_muscles is on, else none."""
+        if self.settings.hold_still_muscles:
+            return self.still_muscles(delta)
+        return np.zeros(len(self.membership.muscle_names), dtype=bool)
+
     def held_tets(self, held_muscles) -> np.ndarray:
         """(A,) bool: the active tets that belong to any held muscle, so that each held muscle is
         exactly at rest (its R_sparse norm 0); a tet shared with a working muscle is held too."""
@@ -220,8 +227,7 @@ class ShapeFitter:
         s = self.settings
         normals = vertex_normals(target, self.triangles)
         contractions = np.ones(len(self.membership.muscle_names))
-        held_muscles = self.still_muscles(delta) if s.hold_still_muscles \
-            else np.zeros(len(self.membership.muscle_names), dtype=bool)
+        held_muscles = self.held_muscles(delta)
         movable = ~self.held_tets(held_muscles)
         if start is not None:
             start = (np.where(movable[:, None], start[0], NEUTRAL_ACTIVATION), start[1])

@@ -635,8 +635,7 @@ class FullSpaceFitter:
                                 seconds=time.perf_counter() - started,
                                 held_muscles=np.ones(len(f.membership.muscle_names), dtype=bool))
         problem = self.problem(delta)
-        held_muscles = f.still_muscles(delta) if f.settings.hold_still_muscles \
-            else np.zeros(len(f.membership.muscle_names), dtype=bool)
+        held_muscles = f.held_muscles(delta)
         problem.held_tets = f.held_tets(held_muscles)
         z = problem.start_point()
         problem.configure(s, objective_scale=max(problem.objective(z), np.finfo(float).tiny))
