@@ -403,6 +403,28 @@ def test_preconditioned_cg_solves_and_refuses_what_it_cannot():
     assert direction is None                   # negative curvature met: the caller factorises
 
 
+def test_a_krylov_solve_says_how_it_ended_and_keeps_the_factor():
+    """krylov_solve never factorises: it solves the shifted matrix by CG on the kept factor, or
+    says why not (no factor yet, negative curvature, too many iterations); the factor stays."""
+    rng = np.random.default_rng(3)
+    basis = np.linalg.qr(rng.normal(size=(20, 20)))[0]
+    spd = sp.csc_matrix(basis @ np.diag(np.linspace(1.0, 10.0, 20)) @ basis.T)
+    rhs = rng.normal(size=20)
+    solver = newton.CholmodLinearSolver()
+    assert solver.krylov_solve(spd, rhs, 1e-8) == (None, newton.NO_FACTOR)
+    solver.factorise(spd)
+    nearby = sp.csc_matrix(basis @ np.diag(np.linspace(1.0, 12.0, 20)) @ basis.T)
+    direction, outcome = solver.krylov_solve(nearby, rhs, 1e-10, shift=0.5)
+    assert outcome == newton.SOLVED
+    np.testing.assert_allclose((nearby.toarray() + 0.5 * np.eye(20)) @ direction, rhs, atol=1e-8)
+    indefinite = sp.csc_matrix(basis @ np.diag(np.linspace(-1.0, 10.0, 20)) @ basis.T)
+    assert solver.krylov_solve(indefinite, rhs, 1e-10, shift=0.01) == (None, newton.NEGATIVE_CURVATURE)
+    distant = sp.csc_matrix(basis @ np.diag(np.geomspace(1e-3, 1e3, 20)) @ basis.T)
+    assert solver.krylov_solve(distant, rhs, 1e-12) == (None, newton.TOO_MANY_ITERATIONS)
+    assert solver.factorisations == 1 and solver._has_numeric_factor
+    np.testing.assert_allclose(spd @ solver.solve_with_factor(rhs), rhs, atol=1e-10)
+
+
 # ----------------------------------------------------------------------------- IPOPT
 
 def test_ipopt_matches_newton_without_inequalities(grid):

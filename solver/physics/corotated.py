@@ -807,6 +807,12 @@ class CorotatedElasticity:
         """∂E/∂x (3N,), node-major."""
         return self._evaluate(x, material, True, False, False)[1]
 
+    def energy_and_gradient(self, x, material: TetMaterial) -> tuple[float, np.ndarray]:
+        """(E, ∂E/∂x) in one pass: the gradient costs ~10 % over the energy alone, against a
+        second pass over every tet (a line search that accepts its trial needs both there)."""
+        energy, gradient, _ = self._evaluate(x, material, True, False, False)
+        return energy, gradient
+
     def hessian(self, x, material: TetMaterial, project: bool = True) -> scipy.sparse.csr_matrix:
         """∂²E/∂x² (3N×3N CSR whose indptr/indices are views of hessian_indptr/hessian_indices,
         never copies); each tet's 9×9 block in F projected to positive semi-definite when

@@ -21,7 +21,10 @@ positive semi-definite by construction) has its exact Hessian shifted by at most
 MAX_EXACT_SHIFT_RELATIVE of the mean diagonal; where that is not enough — a compressed,
 strongly activated lip buckling sideways — the step is taken on the projected Hessian, on
 which only the indefinite elements lose curvature (and which is shifted in turn only if it is
-singular, a rigid mode left unconstrained).
+singular, a rigid mode left unconstrained). After a projected step the exact Hessian is tried
+again by CG on the kept (projected) factor, not by a factorisation: negative curvature there
+means a factorisation would fail, and a failed one overwrites the kept factor, so each
+projected step used to cost two factorisations (docs/physics.md, "Indefinite Hessians").
 
 Why not the shift alone: it damps every direction whose curvature is below β. On ICT's lip
 animation (frame 5: pressed lips to pucker and jaw forward in one frame) the exact Hessian had
@@ -101,7 +104,9 @@ class Objective(Protocol):
     def hessian(self, x: np.ndarray) -> sp.csr_matrix: ...
 
     # Optional: projected_hessian(x) (a positive semi-definite stand-in, same pattern, used
-    # where hessian(x) is indefinite) and hessian_low_rank(x) (see LowRankTerm).
+    # where hessian(x) is indefinite), hessian_low_rank(x) (see LowRankTerm) and
+    # energy_and_gradient(x) (both in one pass; the line search then evaluates its trial
+    # points with it, and the accepted one's gradient is not computed again).
 
 
 @dataclass(frozen=True)
@@ -181,16 +186,29 @@ class CholmodLinearSolver:
         `shifts`: the only shifts to try, in order (default: the growing sequence, see
         ``factorise``); when none works, HessianNotPositiveDefinite."""
         self._analyse_if_new_pattern(matrix)
-        low_rank = low_rank if low_rank is not None else LowRankTerm.empty(matrix.shape[0])
-        if relative_tolerance > 0.0 and self._has_numeric_factor:
-            preconditioner = self._preconditioner_for(low_rank)
-            direction, iterations = preconditioned_conjugate_gradients(
-                matrix, rhs, preconditioner.solve_A, relative_tolerance, MAX_KRYLOV_ITERATIONS)
-            self.krylov_iterations += iterations
+        if relative_tolerance > 0.0:
+            direction, _ = self.krylov_solve(matrix, rhs, relative_tolerance, low_rank)
             if direction is not None:
                 return direction, 0.0
         shift = self.factorise(matrix, low_rank, shifts=shifts)
         return self._factor.solve_A(rhs), shift
+
+    def krylov_solve(self, matrix: sp.csc_matrix, rhs: np.ndarray, relative_tolerance: float,
+                     low_rank: LowRankTerm | None = None, shift: float = 0.0) -> tuple[np.ndarray | None, str]:
+        """(d, outcome): d solves (matrix + shift I) d = rhs to `relative_tolerance` by CG
+        preconditioned with the kept factor (see ``solve``), never factorising; d is None when
+        there is no kept factor (outcome NO_FACTOR), CG met negative curvature (NEGATIVE_CURVATURE:
+        the matrix is not positive definite) or needed more than MAX_KRYLOV_ITERATIONS
+        (TOO_MANY_ITERATIONS)."""
+        self._analyse_if_new_pattern(matrix)
+        if not self._has_numeric_factor:
+            return None, NO_FACTOR
+        low_rank = low_rank if low_rank is not None else LowRankTerm.empty(matrix.shape[0])
+        preconditioner = self._preconditioner_for(low_rank)
+        direction, iterations, outcome = _conjugate_gradients_with_outcome(
+            matrix, rhs, preconditioner.solve_A, relative_tolerance, MAX_KRYLOV_ITERATIONS, shift)
+        self.krylov_iterations += iterations
+        return direction, outcome
 
     def _preconditioner_for(self, term: LowRankTerm):
         """The kept factor with its low-rank term replaced by `term`: columns that appeared are
@@ -246,10 +264,26 @@ class CholmodLinearSolver:
         return self._factor.solve_A(rhs)
 
 
+# How a Krylov solve ended (CholmodLinearSolver.krylov_solve).
+SOLVED = "solved"
+NEGATIVE_CURVATURE = "negative curvature"
+TOO_MANY_ITERATIONS = "too many iterations"
+NO_FACTOR = "no kept factor"
+
+
 def preconditioned_conjugate_gradients(matrix, rhs, preconditioner, relative_tolerance, max_iterations):
     """(d, iterations) with ‖matrix d − rhs‖₂ ≤ relative_tolerance ‖rhs‖₂, or (None, iterations)
     when that takes more than max_iterations or the matrix shows negative curvature (then CG's
     iterate need not be a descent direction and the caller factorises instead)."""
+    direction, iterations, _ = _conjugate_gradients_with_outcome(matrix, rhs, preconditioner,
+                                                                 relative_tolerance, max_iterations)
+    return direction, iterations
+
+
+def _conjugate_gradients_with_outcome(matrix, rhs, preconditioner, relative_tolerance, max_iterations,
+                                      shift: float = 0.0):
+    """(d or None, iterations, outcome) of CG on matrix + shift I (see
+    ``preconditioned_conjugate_gradients``; outcome SOLVED, NEGATIVE_CURVATURE or TOO_MANY_ITERATIONS)."""
     target = relative_tolerance * np.linalg.norm(rhs)
     solution = np.zeros_like(rhs)
     residual = rhs.copy()
@@ -258,19 +292,21 @@ def preconditioned_conjugate_gradients(matrix, rhs, preconditioner, relative_tol
     alignment = residual @ preconditioned
     for iteration in range(1, max_iterations + 1):
         image = matrix @ search
+        if shift:
+            image += shift * search
         curvature = search @ image
         if not curvature > 0.0:
-            return None, iteration
+            return None, iteration, NEGATIVE_CURVATURE
         step = alignment / curvature
         solution += step * search
         residual -= step * image
         if np.linalg.norm(residual) <= target:
-            return solution, iteration
+            return solution, iteration, SOLVED
         preconditioned = preconditioner(residual)
         next_alignment = residual @ preconditioned
         search = preconditioned + (next_alignment / alignment) * search
         alignment = next_alignment
-    return None, max_iterations
+    return None, max_iterations, TOO_MANY_ITERATIONS
 
 
 class SpsolveLinearSolver:
@@ -323,6 +359,24 @@ def _reduced_low_rank(objective, constraints: BoneConstraints, x: np.ndarray) ->
     return LowRankTerm((constraints.P.T @ full.columns).tocsc(), full.keys)
 
 
+def _energy_and_gradient(objective, x) -> tuple[float, np.ndarray]:
+    """(E(x), ∇E(x)), in one pass when the objective offers it."""
+    fused = getattr(objective, "energy_and_gradient", None)
+    if fused is not None:
+        energy, gradient = fused(x)
+        return float(energy), gradient
+    return float(objective.energy(x)), objective.gradient(x)
+
+
+def _line_search_evaluation(objective, x, full_step: bool) -> tuple[float, np.ndarray | None]:
+    """E at a line-search trial point, with ∇E when that comes in the same pass and the step is
+    the full one (nearly always the accepted one; a halved step rarely is, and its gradient
+    would cost ~10 % of the pass for nothing). The gradient is None otherwise."""
+    if full_step and hasattr(objective, "energy_and_gradient"):
+        return _energy_and_gradient(objective, x)
+    return float(objective.energy(x)), None
+
+
 def _max_norm(vector: np.ndarray) -> float:
     return float(np.abs(vector).max()) if vector.size else 0.0
 
@@ -339,14 +393,34 @@ def _newton_direction(objective, constraints: BoneConstraints, linear_solver, x,
     if projected_hessian is None:
         return (*linear_solver.solve(exact, -reduced_gradient, forcing, low_rank), False)
     largest = MAX_EXACT_SHIFT_RELATIVE * float(np.abs(exact.diagonal()).mean())
-    last_shift = getattr(linear_solver, "last_shift", 0.0)
-    shifts = [] if exact_refused else [shift for shift in _shift_sequence(exact, last_shift) if shift < largest]
-    try:
-        return (*linear_solver.solve(exact, -reduced_gradient, forcing, low_rank, shifts=(*shifts, largest)), False)
-    except HessianNotPositiveDefinite:
+
+    def projected_step():
         result.projected_steps += 1
         return (*linear_solver.solve(constraints.reduce_hessian(projected_hessian(x)), -reduced_gradient, forcing,
                                      low_rank), True)
+
+    if exact_refused and forcing > 0.0 and hasattr(linear_solver, "krylov_solve"):
+        # The last step was projected, so the kept factor is the projected Hessian's: CG on the
+        # exact one at the largest shift, preconditioned by it, either solves the step or meets
+        # negative curvature within a few products. Negative curvature sends the step to the
+        # projected Hessian straight away. A factorisation of the exact Hessian would have failed
+        # there, and taken the kept factor with it: each projected step cost two factorisations
+        # (ICT fits: 70 in a 37-step solve, 30 steps projected; docs/benchmarks.md).
+        direction, outcome = linear_solver.krylov_solve(exact, -reduced_gradient, forcing, low_rank, shift=largest)
+        if direction is not None:
+            return direction, largest, False
+        if outcome == NEGATIVE_CURVATURE:
+            return projected_step()
+        forcing_exact = 0.0           # CG did not do it; do not run it again before factorising
+    else:
+        forcing_exact = forcing
+    last_shift = getattr(linear_solver, "last_shift", 0.0)
+    shifts = [] if exact_refused else [shift for shift in _shift_sequence(exact, last_shift) if shift < largest]
+    try:
+        return (*linear_solver.solve(exact, -reduced_gradient, forcing_exact, low_rank, shifts=(*shifts, largest)),
+                False)
+    except HessianNotPositiveDefinite:
+        return projected_step()
 
 
 def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_solver, x0: np.ndarray, *,
@@ -365,8 +439,8 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
     krylov_before = getattr(linear_solver, "krylov_iterations", 0)
     q = constraints.q_from_x(x0)
     x = constraints.x_from_q(q)
-    energy = float(objective.energy(x))
-    reduced_gradient = constraints.reduce_gradient(objective.gradient(x))
+    energy, gradient = _energy_and_gradient(objective, x)
+    reduced_gradient = constraints.reduce_gradient(gradient)
     residual = _max_norm(reduced_gradient)
     scale = residual if force_scale is None else float(force_scale)
     threshold = tolerance * scale
@@ -408,7 +482,7 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
         for _ in range(MAX_STEP_HALVINGS + 1):
             trial_q = q + step * direction
             trial_x = constraints.x_from_q(trial_q)
-            trial_energy = float(objective.energy(trial_x))
+            trial_energy, trial_gradient = _line_search_evaluation(objective, trial_x, full_step=step == 1.0)
             if np.isfinite(trial_energy) and trial_energy <= energy + ARMIJO_FRACTION * step * slope:
                 break
             step *= 0.5
@@ -418,7 +492,8 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
                                  f"energy's round-off, or the energy is not smooth here")
 
         q, x, energy = trial_q, trial_x, trial_energy
-        reduced_gradient = constraints.reduce_gradient(objective.gradient(x))
+        reduced_gradient = constraints.reduce_gradient(
+            trial_gradient if trial_gradient is not None else objective.gradient(x))
         residual = _max_norm(reduced_gradient)
         result.iterations += 1
         result.energies.append(energy)

@@ -171,6 +171,20 @@ class _FrameObjective:
             gradient += self.contact.gradient(x)
         return gradient
 
+    def energy_and_gradient(self, x):
+        value, gradient = self.elasticity.energy_and_gradient(x, self.material)
+        value -= self.constant_force @ x
+        gradient -= self.constant_force
+        weight = self._inertia_weight()
+        if weight is not None:
+            offset = x - self.inertia_target
+            value += 0.5 * offset @ (weight * offset)
+            gradient += weight * offset
+        if self.contact is not None:
+            value += self.contact.energy(x)
+            gradient += self.contact.gradient(x)
+        return value, gradient
+
     def hessian_low_rank(self, x):
         """The contact planes' part of the Hessian, which switches on and off between Newton
         iterations (newton.LowRankTerm); None without contacts."""
