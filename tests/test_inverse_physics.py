@@ -276,6 +276,21 @@ def test_block_products_with_the_jacobian_match_one_direction_at_a_time(demo_mod
         np.testing.assert_allclose(back_b[:, column], single_b, rtol=1e-10, atol=1e-12 * np.abs(single_b).max())
 
 
+def test_a_linearisation_keeps_its_products_while_the_face_solves_other_equilibria(demo_model, membership):
+    """The fit uses a linearisation again after a rejected trial, whose Newton solve refactorised
+    the solver's kept factor in place: the linearisation holds its own copy (with the shared
+    factor, J v moved by 1.3 × its own size here)."""
+    face, a, b, state, linear = _linearised_equilibrium(demo_model, membership, 1e-8, 3, 0.05,
+                                                        [0.04, 0.01, 0.0, 0.001, 0.0])
+    rng = np.random.default_rng(1)
+    da, db = rng.normal(size=a.shape), rng.normal(size=5) * 0.01
+    before = linear.skin_product(da, db)
+    other = face.solve(_random_activations(membership, 4, scale=0.3), np.array([0.2, 0.0, 0.0, 0.0, 0.0]),
+                       start=state.x)
+    assert other.converged and face.simulator.solver.linear_solver.factorisations > 1
+    np.testing.assert_array_equal(linear.skin_product(da, db), before)
+
+
 def test_predicted_start_is_the_first_order_equilibrium_and_saves_newton_iterations(demo_model, membership):
     """The fit starts each trial solve from x + (dx/dθ) δ: its error shrinks quadratically with
     the step, and the solve from it lands on the same equilibrium in fewer iterations."""

@@ -112,8 +112,13 @@ class Linearisation:
         self.P = P
         q = constraints.q_from_x(x)
         hessian = objective.hessian(x)
-        self.linear_solver = simulator.solver.linear_solver
-        self.shift = self.linear_solver.factorise(constraints.reduce_hessian(hessian))
+        linear_solver = simulator.solver.linear_solver
+        self.shift = linear_solver.factorise(constraints.reduce_hessian(hessian))
+        # Its own copy: every later solve of this face refactorises the solver's kept factor in
+        # place, and the fit uses a linearisation again after a rejected trial equilibrium. With
+        # the shared factor those products came from the trial's last Hessian (J v off by more
+        # than its own size on the demo head; tests/test_inverse_physics.py).
+        self._factor = linear_solver.factor_copy()
         self.coupling = ActivationCoupling(simulator.elasticity, material, x)
         if not np.array_equal(self.coupling.active_tets, face.active_tets):
             raise ValueError("the material's active tets differ from the model's muscle tets")
@@ -134,7 +139,7 @@ class Linearisation:
         self.embedding = face.embedding
 
     def _solve(self, rhs):
-        return self.linear_solver.solve_with_factor(rhs)
+        return self._factor.solve_A(rhs)
 
     def position_change(self, d_activations, d_jaw) -> np.ndarray:
         """dx/dθ (da, db): (3N,) first-order change of the node positions."""

@@ -257,6 +257,15 @@ class CholmodLinearSolver:
         raise HessianNotPositiveDefinite(
             f"reduced Hessian not positive definite even with a diagonal shift of {shift:.3g}")
 
+    def factor_copy(self):
+        """A copy of the kept numeric factor (a CHOLMOD Factor; ``solve_A``), for a caller that
+        keeps solving with it while later solves refactorise the kept one in place: inverse
+        physics linearises an equilibrium, then solves trial equilibria, then uses the
+        linearisation again after a rejected trial."""
+        if not self._has_numeric_factor:
+            raise RuntimeError("no numeric factor: call factorise first")
+        return self._factor.copy()
+
     def solve_with_factor(self, rhs: np.ndarray) -> np.ndarray:
         """(matrix + βI)⁻¹ rhs with the kept factor (``factorise`` first); rhs (n,) or (n, k)."""
         if not self._has_numeric_factor:
