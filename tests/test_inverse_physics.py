@@ -158,6 +158,36 @@ def test_one_dof_fibre_activations_are_volume_preserving(membership):
                                1.0, rtol=1e-12)
 
 
+def test_a_rejected_step_damps_the_next_one_to_where_f_stopped_falling():
+    """On a model of uniform curvature c the LM step is −g / (c + λ). After a rejection the new
+    damping shortens it to α of its length, α the minimiser of the parabola through f(0), the
+    slope gᵀδ and the f(δ) found (within [0.1, 0.5]; 0.25 for an unconverged trial), and is at
+    least ten times the old damping."""
+    rng = np.random.default_rng(2)
+    curvature, damping = 4.0, 1e-5
+    grad_a, grad_b = rng.normal(size=(10, 6)), rng.normal(size=5)
+
+    def step_for(damping_now):
+        return -grad_a / (curvature + damping_now), -grad_b / (curvature + damping_now)
+
+    step_a, step_b = step_for(damping)
+    slope = (grad_a * step_a).sum() + grad_b @ step_b
+    predicted = -0.5 * slope                                   # −gᵀδ − ½ δᵀAδ at the minimiser
+    # f(δ) − f(0): the parabola's lowest point at a third of δ; none (unconverged); far above
+    # (α floored at 0.1); level with f(0) (α at its cap 0.5).
+    for rise, fraction in ((-0.5 * slope, 1.0 / 3.0), (None, 0.25), (1e6, 0.1), (0.0, 0.5)):
+        new_damping = fit_module._damping_after_rejection(damping, grad_a, grad_b, step_a, step_b, predicted, rise)
+        shorter_a, _ = step_for(new_damping)
+        assert np.abs(shorter_a).max() == pytest.approx(fraction * np.abs(step_a).max(), rel=1e-9)
+        assert new_damping >= 10 * damping
+    # Already damped far beyond the curvature: tenfold.
+    big = 1e3
+    step_a, step_b = step_for(big)
+    slope = (grad_a * step_a).sum() + grad_b @ step_b
+    assert fit_module._damping_after_rejection(big, grad_a, grad_b, step_a, step_b, -0.5 * slope, None) \
+        == pytest.approx(10 * big)
+
+
 # ----------------------------------------------------------------------------- sensitivities
 
 def test_conjugate_gradients_from_a_start_reach_the_same_step_and_report_its_decrease():
