@@ -153,36 +153,32 @@ class _FrameObjective:
         return self.lumped_mass / self.time_step ** 2 if self.inertia_target is not None else None
 
     def energy(self, x):
-        value = self.elasticity.energy(x, self.material) - self.constant_force @ x
-        weight = self._inertia_weight()
-        if weight is not None:
-            offset = x - self.inertia_target
-            value += 0.5 * offset @ (weight * offset)
-        if self.contact is not None:
-            value += self.contact.energy(x)
-        return value
+        return self._add_other_terms(x, self.elasticity.energy(x, self.material), None)[0]
 
     def gradient(self, x):
-        gradient = self.elasticity.gradient(x, self.material) - self.constant_force
-        weight = self._inertia_weight()
-        if weight is not None:
-            gradient += weight * (x - self.inertia_target)
-        if self.contact is not None:
-            gradient += self.contact.gradient(x)
-        return gradient
+        return self._add_other_terms(x, None, self.elasticity.gradient(x, self.material))[1]
 
     def energy_and_gradient(self, x):
-        value, gradient = self.elasticity.energy_and_gradient(x, self.material)
-        value -= self.constant_force @ x
-        gradient -= self.constant_force
+        """Both in one pass over the tets (newton.py's line search)."""
+        return self._add_other_terms(x, *self.elasticity.energy_and_gradient(x, self.material))
+
+    def _add_other_terms(self, x, value, gradient):
+        """(value, gradient): the elastic ones given (None: not wanted) plus gravity and wind,
+        inertia and contact."""
         weight = self._inertia_weight()
-        if weight is not None:
-            offset = x - self.inertia_target
-            value += 0.5 * offset @ (weight * offset)
-            gradient += weight * offset
-        if self.contact is not None:
-            value += self.contact.energy(x)
-            gradient += self.contact.gradient(x)
+        offset = x - self.inertia_target if weight is not None else None
+        if value is not None:
+            value = value - self.constant_force @ x
+            if weight is not None:
+                value += 0.5 * offset @ (weight * offset)
+            if self.contact is not None:
+                value += self.contact.energy(x)
+        if gradient is not None:
+            gradient = gradient - self.constant_force
+            if weight is not None:
+                gradient += weight * offset
+            if self.contact is not None:
+                gradient += self.contact.gradient(x)
         return value, gradient
 
     def hessian_low_rank(self, x):
