@@ -190,7 +190,7 @@ def _collision_scene(model, kinds, collider_paths, lip_vertices_path=None):
 
 def _fit(args, report):
     from .inverse.fit_file import save_fit
-    from .inverse.shapes import describe_start, fit_shapes, held_muscle_names, select_shapes
+    from .inverse.shapes import fit_progress, fit_shapes, select_shapes
     from .model_file import load_model
     from .rig import load_rig
     model = load_model(args.model)
@@ -204,14 +204,8 @@ def _fit(args, report):
         raise InputError("--jobs must be at least 1")
 
     def on_shape(fit, done, total):
-        mean, p95, worst = fit.error_mm
-        on_top = f" on top of {fit.context}" if fit.context else ""
-        report.progress(f"{fit.name} ({done}/{total}): {fit.status}{on_top}, error mean {mean:.2f} / 95th {p95:.2f} / "
-                        f"max {worst:.2f} mm, {fit.iterations} iterations, {fit.seconds:.1f} s"
-                        f"{describe_start(fit.started_from)}",
-                        shape=fit.name, done=done, total=total, status=fit.status, start=fit.started_from,
-                        error_mm=[round(float(e), 4) for e in fit.error_mm], iterations=int(fit.iterations),
-                        seconds=round(fit.seconds, 2), muscles_held=held_muscle_names(fit, model["muscle_names"]))
+        message, fields = fit_progress(fit, done, total, model["muscle_names"])
+        report.progress(message, **fields)
 
     arrays = fit_shapes(model, rig, names, jobs=args.jobs, progress=on_shape)
     save_fit(args.output, arrays)

@@ -364,7 +364,7 @@ def _merged_fit(new: dict, previous: Optional[dict], rig_names: list) -> dict:
 
 def _run_fit(job: dict, messages: JobMessages) -> dict:
     from .inverse.fit_file import save_fit
-    from .inverse.shapes import CONTEXT_SHAPES, describe_start, fit_shapes, held_muscle_names, kept_fits, select_shapes
+    from .inverse.shapes import CONTEXT_SHAPES, fit_progress, fit_shapes, kept_fits, select_shapes
     from .model_file import load_model
     from .rig import load_rig
     settings = job["settings"]
@@ -391,15 +391,8 @@ def _run_fit(job: dict, messages: JobMessages) -> dict:
                       f"process{'es' * (processes != 1)}", fraction=0.0, done=0, total=len(names))
 
     def on_shape(fit, done, total):
-        mean, p95, worst = (float(value) for value in fit.error_mm)
-        on_top = f" on top of {fit.context}" if fit.context else ""
-        messages.progress(f"{fit.name} ({done}/{total}): {fit.status}{on_top}, error mean {mean:.2f} / 95th "
-                          f"{p95:.2f} / max {worst:.2f} mm{describe_start(fit.started_from)}",
-                          fraction=round(done / total, 4), shape=fit.name, done=done, total=total,
-                          status=fit.status, context=fit.context, start=fit.started_from,
-                          error_mm=[round(mean, 4), round(p95, 4), round(worst, 4)],
-                          iterations=int(fit.iterations), seconds=round(float(fit.seconds), 2),
-                          muscles_held=held_muscle_names(fit, model["muscle_names"]))
+        message, fields = fit_progress(fit, done, total, model["muscle_names"])
+        messages.progress(message, fraction=round(done / total, 4), **fields)
 
     earlier = kept_fits(previous) if previous is not None else None
     arrays = _merged_fit(fit_shapes(model, rig, names, jobs=settings["jobs"], progress=on_shape,

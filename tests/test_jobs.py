@@ -300,6 +300,8 @@ def test_a_fit_job_fits_every_shape_key_with_one_progress_line_each(tmp_path, de
     for line in shape_lines:
         mean, p95, worst = line["error_mm"]
         assert 0.0 <= mean <= worst and p95 <= worst and line["shape"] in line["message"]
+        # The same words as the command line's (inverse.shapes.fit_progress).
+        assert f"{line['iterations']} iterations" in line["message"]
     assert next(m for m in shape_lines if m["shape"] == "mouthClose")["context"] == "jawOpen"
     result = messages[-2]
     assert result["type"] == "result" and result["outputs"] == {"fit": "fit.npz"} and result["kept"] == []

@@ -177,6 +177,20 @@ def describe_start(started_from: str) -> str:
     return f", started from the mirror of {name}" if kind == "mirror" else ""
 
 
+def fit_progress(fit: ShapeFit, done: int, total: int, muscle_names) -> tuple[str, dict]:
+    """(message, fields) of the progress line of one fitted shape, the same for the command line
+    and the add-on's jobs: words for a person, and the figures as JSON fields."""
+    mean, p95, worst = (float(value) for value in fit.error_mm)
+    on_top = f" on top of {fit.context}" if fit.context else ""
+    message = (f"{fit.name} ({done}/{total}): {fit.status}{on_top}, error mean {mean:.2f} / 95th {p95:.2f} / "
+               f"max {worst:.2f} mm, {fit.iterations} iterations, {fit.seconds:.1f} s{describe_start(fit.started_from)}")
+    fields = dict(shape=fit.name, done=done, total=total, status=fit.status, context=fit.context,
+                  start=fit.started_from, error_mm=[round(mean, 4), round(p95, 4), round(worst, 4)],
+                  iterations=int(fit.iterations), seconds=round(float(fit.seconds), 2),
+                  muscles_held=held_muscle_names(fit, muscle_names))
+    return message, fields
+
+
 def _labelled(fit: ShapeFit, source: Optional[str]) -> ShapeFit:
     started = f"mirror:{source}" if fit.started_from == "guess" else fit.started_from
     return dataclasses.replace(fit, started_from=started)
