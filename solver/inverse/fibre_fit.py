@@ -20,8 +20,7 @@ import numpy as np
 
 from ..geometry import vertex_normals
 from ..physics.activation import vector_from_symmetric
-from .fit import JAW_SCALE, MILLIMETRE, NEUTRAL_SHAPE_MOTION, ShapeFit, ShapeFitter, face_errors_mm
-from .regularizers import neutral_activations
+from .fit import JAW_SCALE, NEUTRAL_SHAPE_MOTION, ShapeFit, ShapeFitter, face_errors_mm
 
 # The search stays within γ ∈ [1/4, 4]: beyond it a fibre contracts or stretches past anything a
 # facial muscle does, and the forward solve struggles.
@@ -65,11 +64,9 @@ class FibreFitter:
         muscle_count = self.share.shape[1]
         motion = np.linalg.norm(np.asarray(delta), axis=1).max()
         if motion < NEUTRAL_SHAPE_MOTION:
-            skin = base.rest_state.skin
-            return ShapeFit(name=name, activations=neutral_activations(len(self.share)), jaw=np.zeros(5),
-                            skin=skin.copy(), error_mm=face_errors_mm(skin, target, base.face_region),
-                            status=f"neutral: the shape moves the skin at most {motion / MILLIMETRE:.2f} mm",
-                            seconds=time.perf_counter() - started, contractions=np.ones(muscle_count))
+            # The fibre model holds no muscle (ShapeFit.held_muscles stays None, as for its fits).
+            return base.motionless_fit(name, target, motion, started, held_muscles=None,
+                                       contractions=np.ones(muscle_count))
         normals = vertex_normals(target, base.triangles)
         log_contraction = np.zeros(muscle_count)
         state = base.rest_state

@@ -213,19 +213,25 @@ class ShapeFitter:
 
     # ------------------------------------------------------------------ fitting
 
+    def motionless_fit(self, name, target, motion, started, fit_type=ShapeFit, **fields) -> ShapeFit:
+        """The neutral face as the fit of a shape key that moves no skin vertex as far as
+        NEUTRAL_SHAPE_MOTION (`motion`, its largest move; `started`, perf_counter at the fit's
+        start), every muscle held; `fit_type` and `fields` for the fitters that add their own."""
+        fields.setdefault("held_muscles", np.ones(len(self.membership.muscle_names), dtype=bool))
+        return fit_type(name=name, activations=neutral_activations(self.membership.active_count),
+                        jaw=np.zeros(JAW_PARAMETER_COUNT), skin=self.rest_state.skin.copy(),
+                        error_mm=face_errors_mm(self.rest_state.skin, target, self.face_region),
+                        status=f"neutral: the shape moves the skin at most {motion / MILLIMETRE:.2f} mm",
+                        seconds=time.perf_counter() - started, **fields)
+
     def fit(self, name: str, delta, start: tuple[np.ndarray, np.ndarray] | None = None) -> ShapeFit:
         """Fit one shape key (delta (V,3) from the rest skin). `start` (activations (A,6), jaw (5,)):
         a guess to begin from instead of the neutral face, used when its objective is lower."""
         started = time.perf_counter()
         target = self.rest_skin + np.asarray(delta, dtype=np.float64)
         motion = np.linalg.norm(np.asarray(delta), axis=1).max()
-        a_neutral = neutral_activations(self.membership.active_count)
         if motion < NEUTRAL_SHAPE_MOTION:
-            return ShapeFit(name=name, activations=a_neutral, jaw=np.zeros(5), skin=self.rest_state.skin.copy(),
-                            error_mm=face_errors_mm(self.rest_state.skin, target, self.face_region),
-                            status=f"neutral: the shape moves the skin at most {motion / MILLIMETRE:.2f} mm",
-                            seconds=time.perf_counter() - started,
-                            held_muscles=np.ones(len(self.membership.muscle_names), dtype=bool))
+            return self.motionless_fit(name, target, motion, started)
         s = self.settings
         normals = vertex_normals(target, self.triangles)
         contractions = np.ones(len(self.membership.muscle_names))

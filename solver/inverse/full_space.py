@@ -628,12 +628,7 @@ class FullSpaceFitter:
         target = f.rest_skin + delta
         motion = np.linalg.norm(delta, axis=1).max()
         if motion < NEUTRAL_SHAPE_MOTION:
-            return FullSpaceFit(name=name, activations=neutral_activations(f.membership.active_count),
-                                jaw=np.zeros(JAW_PARAMETER_COUNT), skin=f.rest_state.skin.copy(),
-                                error_mm=face_errors_mm(f.rest_state.skin, target, f.face_region),
-                                status=f"neutral: the shape moves the skin at most {motion / MILLIMETRE:.2f} mm",
-                                seconds=time.perf_counter() - started,
-                                held_muscles=np.ones(len(f.membership.muscle_names), dtype=bool))
+            return f.motionless_fit(name, target, motion, started, FullSpaceFit)
         problem = self.problem(delta)
         held_muscles = f.held_muscles(delta)
         problem.held_tets = f.held_tets(held_muscles)
