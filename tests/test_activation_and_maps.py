@@ -76,6 +76,31 @@ def test_contraction_matrix_shortens_the_fibre_and_preserves_volume():
         activation.contraction_matrix(frames, -gamma)
 
 
+def test_contraction_log_derivatives_match_central_differences():
+    """∂/∂(log γ_m) of the weighted blend Σ_m w[t, m] vec(Q D(γ_m) Qᵀ), which the fibre fit steps
+    along and the still-muscle footprints probe (at γ = 1, R_act's preferred direction)."""
+    rng = np.random.default_rng(RNG_SEED)
+    frames = Rotation.random(12, random_state=RNG_SEED).as_matrix()
+    weights = rng.uniform(0.0, 1.0, (12, 3)) * (rng.uniform(size=(12, 3)) > 0.3)
+    log_gamma = np.array([-0.4, 0.0, 0.7])
+
+    def blend(log_contraction):
+        return sum(weights[:, m, None] * activation.vector_from_symmetric(
+            activation.contraction_matrix(frames, np.full(12, np.exp(log_contraction[m])))) for m in range(3))
+
+    derivatives = activation.contraction_log_derivatives(frames, weights, log_gamma)
+    assert derivatives.shape == (3, 12, 6)
+    step = 1e-6
+    for m in range(3):
+        offset = np.zeros(3)
+        offset[m] = step
+        central = (blend(log_gamma + offset) - blend(log_gamma - offset)) / (2.0 * step)
+        np.testing.assert_allclose(derivatives[m], central, atol=1e-8)
+    at_rest = activation.contraction_log_derivatives(frames, weights, np.zeros(3))
+    preferred = activation.vector_from_symmetric(np.einsum("aik,k,ajk->aij", frames, [-1.0, 0.5, 0.5], frames))
+    np.testing.assert_allclose(at_rest, weights.T[:, :, None] * preferred[None], atol=1e-14)
+
+
 def test_tet_blending_extremes_and_mixture(model):
     fraction = model["muscle_fraction"].astype(np.float64)
     muscle_count = fraction.shape[1]

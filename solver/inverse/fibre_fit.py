@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from ..geometry import vertex_normals
-from ..physics.activation import vector_from_symmetric
+from ..physics.activation import contraction_log_derivatives, vector_from_symmetric
 from .fit import JAW_SCALE, NEUTRAL_SHAPE_MOTION, ShapeFit, ShapeFitter, face_errors_mm
 
 # The search stays within γ ∈ [1/4, 4]: beyond it a fibre contracts or stretches past anything a
@@ -50,12 +50,7 @@ class FibreFitter:
 
     def activation_derivatives(self, log_contraction) -> np.ndarray:
         """(m, A, 6): ∂a/∂(log γ_m)."""
-        gamma = np.exp(log_contraction)
-        # d/d(log γ) of (γ⁻¹, √γ, √γ) = (−γ⁻¹, √γ/2, √γ/2)
-        diagonal = np.stack([-1.0 / gamma, 0.5 * np.sqrt(gamma), 0.5 * np.sqrt(gamma)], axis=1)
-        q = self.frames
-        per_tet = np.einsum("aij,mj,akj->maik", q, diagonal, q)                                # (m, A, 3, 3)
-        return vector_from_symmetric(per_tet * self.share.T[:, :, None, None])
+        return contraction_log_derivatives(self.frames, self.share, log_contraction)
 
     def fit(self, name: str, delta) -> ShapeFit:
         base = self.base

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..geometry import vertex_normals
-from ..physics.activation import symmetric_from_vector, vector_from_symmetric
+from ..physics.activation import contraction_log_derivatives, symmetric_from_vector
 from .equilibrium import JAW_PARAMETER_COUNT, StaticFace
 from ..physics.activation import NEUTRAL_ACTIVATION
 from .regularizers import ActivationPrior, GroupSparsity, MuscleMembership, neutral_activations
@@ -163,9 +163,9 @@ class ShapeFitter:
         m = self.membership
         if m.active_count == 0 or m.weights.shape[1] == 0:
             return np.zeros((len(self.rest_skin), m.weights.shape[1]), dtype=bool)
-        contraction = vector_from_symmetric(np.einsum("aik,k,ajk->aij", m.frames, np.array([-1.0, 0.5, 0.5]),
-                                                      m.frames))                              # (A, 6)
-        directions = (m.weights.T[:, :, None] * contraction[None]).reshape(m.weights.shape[1], -1).T   # (6A, m)
+        muscle_count = m.weights.shape[1]
+        directions = contraction_log_derivatives(m.frames, m.weights, np.zeros(muscle_count))
+        directions = directions.reshape(muscle_count, -1).T                                  # (6A, m)
         linear = self.face.linearise(self.rest_state)
         motion = linear.skin_products(directions, np.zeros((JAW_PARAMETER_COUNT, directions.shape[1])))
         motion = np.linalg.norm(motion.reshape(len(self.rest_skin), 3, -1), axis=1)          # (V, m)

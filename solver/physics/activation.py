@@ -64,6 +64,17 @@ def contraction_matrix(frames, contraction) -> np.ndarray:
     return _frame_diagonal(q, 1.0 / gamma, np.sqrt(gamma))
 
 
+def contraction_log_derivatives(frames, weights, log_contraction) -> np.ndarray:
+    """(m, M, 6): ∂/∂(log γ_m) of Σ_m w[t, m] vec(Q_t D(γ_m) Q_tᵀ), the change of each tet's
+    activation as muscle m contracts, for frames (M, 3, 3), weights (M, m) and log γ (m,). At
+    γ = 1 it is R_act's preferred direction Q diag(−1, ½, ½) Qᵀ, since d/d(log γ) of
+    (γ⁻¹, √γ, √γ) is (−γ⁻¹, √γ/2, √γ/2)."""
+    gamma = np.exp(np.asarray(log_contraction, dtype=np.float64))
+    per_muscle = _frame_diagonal(np.asarray(frames, dtype=np.float64)[None], (-1.0 / gamma)[:, None],
+                                 (0.5 * np.sqrt(gamma))[:, None])                           # (m, M, 3, 3)
+    return vector_from_symmetric(per_muscle * np.asarray(weights, dtype=np.float64).T[:, :, None, None])
+
+
 def _frame_diagonal(frames, along_fibre, across_fibre) -> np.ndarray:
     """Q diag(a, b, b) Qᵀ for per-tet Q, a, b."""
     scales = np.stack([along_fibre, across_fibre, across_fibre], axis=-1)
