@@ -10,6 +10,8 @@ direction gravity pulls. Displacements are of the embedded skin (`skin_positions
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
@@ -413,12 +415,14 @@ def test_unconverged_frame_is_reported(demo_model):
     that is one attempt of one iteration; with it on, the frame is tried again in 2 and then 4
     load steps, still reported unconverged, and every abandoned iteration is counted (1 + 1 + 4)."""
     contraction = np.full(len(demo_model["muscle_names"]), 2.5)
-    simulator = FaceSimulator(demo_model, SimulationSettings(gravity=True, max_iterations=1, load_step_budget=0))
+    one_step = SimulationSettings(gravity=True, max_iterations=1, load_step_budget=0,
+                                  max_activation_change_per_load_step=None)
+    simulator = FaceSimulator(demo_model, one_step)
     frame = simulator.step(tet_activations(demo_model, contraction))
     assert frame.converged is False, f"a one-iteration frame claims convergence ({frame.iterations} iterations)"
     assert frame.iterations == 1 and frame.load_steps == 1
     assert frame.reason, "an unconverged frame must say why"
-    simulator = FaceSimulator(demo_model, SimulationSettings(gravity=True, max_iterations=1))
+    simulator = FaceSimulator(demo_model, dataclasses.replace(one_step, load_step_budget=100))
     frame = simulator.step(tet_activations(demo_model, contraction))
     assert frame.converged is False and frame.reason
     assert frame.load_steps == 4 and frame.iterations == 6, (frame.load_steps, frame.iterations)
@@ -435,16 +439,43 @@ def test_a_frame_that_fails_in_one_step_converges_in_load_steps():
     nodes, tets = bcc_block(size=(0.03, 0.02, 0.02), spacing=0.005)
     model = block_model(nodes, tets, muscle_fraction=1.0, pin_nodes=np.flatnonzero(nodes[:, 0] < 1e-9))
     S = np.tile(np.diag([0.3, 0.3 ** -0.5, 0.3 ** -0.5]), (len(tets), 1, 1))
-    single = FaceSimulator(model, SimulationSettings(max_iterations=10, load_step_budget=0, tolerance=1e-8)).step(S)
+    settings = SimulationSettings(max_iterations=10, tolerance=1e-8, max_activation_change_per_load_step=None)
+    single = FaceSimulator(model, dataclasses.replace(settings, load_step_budget=0)).step(S)
     assert not single.converged and single.load_steps == 1
-    frame = FaceSimulator(model, SimulationSettings(max_iterations=10, tolerance=1e-8)).step(S)
+    frame = FaceSimulator(model, settings).step(S)
     assert frame.converged, frame.reason
     assert frame.load_steps == 2 and frame.iterations <= 30, (frame.load_steps, frame.iterations)
-    reference = FaceSimulator(model, SimulationSettings(max_iterations=50, load_step_budget=0,
-                                                        tolerance=1e-8)).step(S)
+    reference = FaceSimulator(model, dataclasses.replace(settings, max_iterations=50, load_step_budget=0)).step(S)
     assert reference.converged and reference.load_steps == 1
     difference = np.abs(frame.positions - reference.positions).max()
     assert difference < 1e-7, f"load steps end {difference * MM:.6f} mm from the single step's equilibrium"
+
+
+def test_a_large_activation_change_is_solved_in_load_steps_along_the_ramp():
+    """SimulationSettings.max_activation_change_per_load_step: the block contracted to 0.6 of its
+    length from rest changes S by 0.4 at most, so at the default 0.2 the frame is solved in two
+    load steps, which is the ramp of two frames (half-way, then all the way) solved one step
+    each. return_to_rest starts over: the same frame again finds the same equilibrium (1e-11 m
+    apart measured: the Newton solver keeps its factor and last shift between frames)."""
+    nodes, tets = bcc_block(size=(0.03, 0.02, 0.02), spacing=0.005)
+    model = block_model(nodes, tets, muscle_fraction=1.0, pin_nodes=np.flatnonzero(nodes[:, 0] < 1e-9))
+    identity = np.tile(np.eye(3), (len(tets), 1, 1))
+    S = np.tile(np.diag([0.6, 0.6 ** -0.5, 0.6 ** -0.5]), (len(tets), 1, 1))
+    simulator = FaceSimulator(model, SimulationSettings(tolerance=1e-8))
+    frame = simulator.step(S)
+    assert frame.converged and frame.load_steps == 2, (frame.reason, frame.load_steps)
+    ramp = FaceSimulator(model, SimulationSettings(tolerance=1e-8, max_activation_change_per_load_step=None))
+    assert ramp.step(0.5 * (identity + S)).load_steps == 1
+    ramped = ramp.step(S)
+    assert ramped.load_steps == 1
+    np.testing.assert_allclose(frame.positions, ramped.positions, rtol=0, atol=1e-12)
+    assert simulator.step(S).load_steps == 1             # no change since the last frame
+    simulator.return_to_rest()
+    again = simulator.step(S)
+    assert again.load_steps == 2
+    np.testing.assert_allclose(again.positions, frame.positions, rtol=0, atol=1e-9)
+    with pytest.raises(ValueError, match="max_activation_change_per_load_step"):
+        SimulationSettings(max_activation_change_per_load_step=0.0)
 
 
 def buckling_bar():
@@ -483,7 +514,9 @@ def test_a_buckling_bar_converges_on_the_exact_or_the_projected_hessian(lengthen
     factorised: 17 factorisations in the 50 % bar's 10 steps, 23 when a failed factorisation of
     the exact Hessian came before each projected step."""
     nodes, tets, model = buckling_bar()
-    simulator = FaceSimulator(model, SimulationSettings())
+    # One solve from rest: this is about the Newton steps, not the load steps a jump that large
+    # gets by default.
+    simulator = FaceSimulator(model, SimulationSettings(max_activation_change_per_load_step=None))
     # A sideways nudge picks the side it buckles to.
     simulator.positions = simulator.positions + 1e-5 * np.outer(np.sin(np.pi * nodes[:, 0] / 0.08), [0, 1, 0]).ravel()
     S = np.diag([lengthening, lengthening ** -0.5, lengthening ** -0.5])

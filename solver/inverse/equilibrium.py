@@ -61,10 +61,11 @@ class StaticFace:
     def __init__(self, model, active_tets, mu=1.0, lam=3.0, tolerance=1e-6, max_iterations=100):
         self.model = model
         self.active_tets = np.asarray(active_tets)
-        # No load-step cutback: a trial solve starts from a predicted position, not from the
+        # No load steps: a trial solve starts from a predicted position, not from the
         # equilibrium of the last trial, so there is no path from it to interpolate along.
         self.simulator = FaceSimulator(model, SimulationSettings(mu=mu, lam=lam, tolerance=tolerance,
-                                                                 max_iterations=max_iterations, load_step_budget=0))
+                                                                 max_iterations=max_iterations, load_step_budget=0,
+                                                                 max_activation_change_per_load_step=None))
         self.embedding = skin_embedding_matrix(model)
         self.tet_count = len(model["tets"])
 
@@ -87,7 +88,26 @@ class StaticFace:
             frame = simulator.step(full, jaw=jaw)       # quasi-static: the bones go straight to this pose
         finally:
             newton.max_steps_without_progress = None
-        x = simulator.positions.copy()
+        return self._equilibrium(frame, activations, jaw)
+
+    def replay(self, activations, jaw) -> Equilibrium:
+        """The equilibrium an animation reaches when it plays (a, b) from the neutral face: from
+        rest, in the load steps FaceSimulator takes for that jump by default
+        (SimulationSettings.max_activation_change_per_load_step), so that a fit stores the
+        equilibrium `animate` finds, at weight 1 in one frame as along a ramp."""
+        simulator = self.simulator
+        simulator.return_to_rest()
+        trial_settings = simulator.settings
+        simulator.settings = dataclasses.replace(
+            trial_settings, max_activation_change_per_load_step=SimulationSettings().max_activation_change_per_load_step)
+        try:
+            frame = simulator.step(tet_activations_from_vectors(activations, self.active_tets, self.tet_count), jaw=jaw)
+        finally:
+            simulator.settings = trial_settings
+        return self._equilibrium(frame, activations, jaw)
+
+    def _equilibrium(self, frame, activations, jaw) -> Equilibrium:
+        x = self.simulator.positions.copy()
         return Equilibrium(x=x, skin=(self.embedding @ x).reshape(-1, 3), activations=np.array(activations),
                            jaw=np.array(jaw, dtype=np.float64), converged=frame.converged,
                            iterations=frame.iterations, reason=frame.reason)

@@ -301,8 +301,9 @@ class ShapeFitter:
                 break
         state = self._snap_idle_muscles(state)
         # Replay solves from the neutral face, not along the fit's path; the skin (and so the
-        # detail residual) stored is the equilibrium that replay finds.
-        replayed = self.face.solve(state.activations, state.jaw, start=self.rest_state.x)
+        # detail residual) stored is the equilibrium that replay finds, in the load steps an
+        # animation takes (StaticFace.replay).
+        replayed = self.face.replay(state.activations, state.jaw)
         if replayed.converged:
             state = replayed
         _, fit_value = self._fit_residual(state.skin, target, normals)

@@ -294,7 +294,7 @@ def _relative_to_context(fitter: ShapeFitter, combined: ShapeFit, context: Shape
     neutral = neutral_activations(len(combined.activations))
     activations = neutral + combined.activations - context.activations
     jaw = combined.jaw - context.jaw
-    replayed = fitter.face.solve(activations, jaw, start=fitter.rest_state.x)
+    replayed = fitter.face.replay(activations, jaw)
     # The difference alone may not be a pose the tissue reaches (it is only ever used on top of
     # its context); the residual then comes from the combined pose instead.
     skin = replayed.skin if replayed.converged else combined.skin - (context.skin - fitter.rest_state.skin)

@@ -77,12 +77,22 @@ class SimulationSettings:
     # animation 478 instead of 647 (150: 489) (docs/collisions.md).
     load_step_budget: int = 100
     max_load_halvings: int = 2
+    # A quasi-static frame whose activations change by more than this (the largest change of an
+    # entry of any tet's S since the last frame; the first frame starts from S = I) is solved in
+    # equal load steps of at most this change, so that a jump reaches the equilibrium a ramp
+    # would. Fitted ICT activations can have two: one Newton solve from the neutral face to
+    # jawOpen at weight 1 (largest change 1.0) ended 3.5 mm from where ramps of 2-20 frames end,
+    # and mouthClose's (1.4) 6.2 mm, where ramps of 5 or more frames agree (docs/physics.md,
+    # "Two equilibria"). None: every frame in one step.
+    max_activation_change_per_load_step: Optional[float] = 0.2
 
     def __post_init__(self):
         if self.contact_solver not in CONTACT_SOLVERS:
             raise ValueError(f"contact_solver must be one of {', '.join(CONTACT_SOLVERS)}, got {self.contact_solver!r}")
         if self.load_step_budget < 0 or self.max_load_halvings < 0:
             raise ValueError("load_step_budget and max_load_halvings must be ≥ 0")
+        if self.max_activation_change_per_load_step is not None and not self.max_activation_change_per_load_step > 0.0:
+            raise ValueError("max_activation_change_per_load_step must be positive (or None: no load steps)")
         if not (self.contact_tolerance > 0.0 and self.max_contact_rounds >= 1 and self.contact_stiffness_factor > 0.0
                 and self.contact_margin >= 0.0):
             raise ValueError("contact_tolerance and contact_stiffness_factor must be positive, max_contact_rounds ≥ 1, "
@@ -286,19 +296,8 @@ class FaceSimulator:
         if s.gravity:
             down = -np.asarray(model["head_frame"])[1]
             self.gravity_force = (self.node_mass[:, None] * STANDARD_GRAVITY * down).reshape(-1)
-        self.positions = np.asarray(model["rest_positions"], dtype=np.float64).reshape(-1).copy()
-        self.velocity = np.zeros_like(self.positions)
         self._skin_triangles = np.asarray(model["skin_triangles"])
         self.skin_embedding = SkinEmbedding.from_model(model)
-        # The bone pose of the last frame (the rest pose before the first), where the next
-        # frame's substeps start from.
-        self._previous_head = np.eye(4)
-        self._previous_jaw = np.zeros(5)
-        self._previous_activation: Optional[np.ndarray] = None     # (M,3,3); None: neutral (S = I)
-        self.frame_index = 0            # the frame the next step() solves (colliders move per frame)
-        # What the last step's contact response added to the displayed skin: vertices moved out
-        # of the colliders (contact.ContactResponse.project_displayed), (V,3) m.
-        self.skin_correction = np.zeros((len(self.skin_embedding.weights), 3))
         self.collisions = collisions
         self.contact_response = None
         if collisions is not None:
@@ -308,6 +307,7 @@ class FaceSimulator:
                 max_rounds=s.max_contact_rounds, stiffness_factor=s.contact_stiffness_factor,
                 hessian_layout=self.elasticity, margin=s.contact_margin,
                 skin_over_bone=SkinOverBone.from_model(model), sliding=SlidingNodes.from_constraints(self.constraints))
+        self.return_to_rest()
 
     def _node_stiffness(self) -> np.ndarray:
         """(N,) each node's local stiffness (N/m): the mean diagonal of its 3×3 block of the
@@ -396,12 +396,14 @@ class FaceSimulator:
                                         interpolate_activation=False))
         else:
             halvings = settings.max_load_halvings if settings.load_step_budget > 0 else 0
+            parts = self._load_steps_for(activation)
             saved = self._state()
             for halving in range(halvings + 1):
                 if halving:
                     self._restore(saved)
                 last_try = halving == halvings
-                attempt = self._advance(activation, head, jaw, frame_index, 2 ** halving, interpolate_activation=True,
+                attempt = self._advance(activation, head, jaw, frame_index, parts * 2 ** halving,
+                                        interpolate_activation=True,
                                         budget=None if last_try else settings.load_step_budget)
                 totals.absorb(attempt)
                 if attempt.converged or last_try:
@@ -409,6 +411,31 @@ class FaceSimulator:
         self._previous_head, self._previous_jaw, self._previous_activation = head.copy(), jaw.copy(), activation.copy()
         self.frame_index = frame_index + 1
         return totals.frame_result(self.positions.reshape(-1, 3).copy(), time.perf_counter() - started)
+
+    def return_to_rest(self) -> None:
+        """Start over from the rest state: nodes at rest and still, the last frame's bones and
+        activations neutral (the next frame's load steps and substeps start there), no display
+        correction and no contact multipliers carried; the next step() is frame 0."""
+        self.positions = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1).copy()
+        self.velocity = np.zeros_like(self.positions)
+        self._previous_head, self._previous_jaw = np.eye(4), np.zeros(5)
+        self._previous_activation: Optional[np.ndarray] = None     # (M,3,3); None: neutral (S = I)
+        self.frame_index = 0            # the frame the next step() solves (colliders move per frame)
+        # What the last step's contact response added to the displayed skin: vertices moved out
+        # of the colliders (contact.ContactResponse.project_displayed), (V,3) m.
+        self.skin_correction = np.zeros((len(self.skin_embedding.weights), 3))
+        if self.contact_response is not None:
+            self.contact_response.carry((np.zeros(0, np.int64), np.zeros(0)))
+
+    def _load_steps_for(self, activation: np.ndarray) -> int:
+        """The quasi-static load steps of a frame moving to these activations
+        (SimulationSettings.max_activation_change_per_load_step)."""
+        limit = self.settings.max_activation_change_per_load_step
+        if limit is None:
+            return 1
+        previous = np.eye(3) if self._previous_activation is None else self._previous_activation
+        change = float(np.abs(activation - previous).max(initial=0.0))
+        return max(1, int(np.ceil(change / limit - 1e-9)))
 
     def _state(self) -> tuple:
         carried = None if self.contact_response is None else self.contact_response.carried()
