@@ -69,9 +69,12 @@ class StaticFace:
         self.embedding = skin_embedding_matrix(model)
         self.tet_count = len(model["tets"])
 
+    def tet_activations(self, activations) -> np.ndarray:
+        """(M, 3, 3) every tet's S from the active tets' 6-vectors (S = I elsewhere)."""
+        return tet_activations_from_vectors(activations, self.active_tets, self.tet_count)
+
     def material(self, activations):
-        full = tet_activations_from_vectors(activations, self.active_tets, self.tet_count)
-        return dataclasses.replace(self.simulator.neutral_material, activation=full)
+        return dataclasses.replace(self.simulator.neutral_material, activation=self.tet_activations(activations))
 
     def solve(self, activations, jaw, start: np.ndarray | None = None,
               max_steps_without_progress: int | None = None) -> Equilibrium:
@@ -81,7 +84,7 @@ class StaticFace:
         simulator = self.simulator
         if start is not None:
             simulator.positions = np.asarray(start, dtype=np.float64).reshape(-1).copy()
-        full = tet_activations_from_vectors(activations, self.active_tets, self.tet_count)
+        full = self.tet_activations(activations)
         newton = simulator.solver
         newton.max_steps_without_progress = max_steps_without_progress
         try:
@@ -101,7 +104,7 @@ class StaticFace:
         simulator.settings = dataclasses.replace(
             trial_settings, max_activation_change_per_load_step=SimulationSettings().max_activation_change_per_load_step)
         try:
-            frame = simulator.step(tet_activations_from_vectors(activations, self.active_tets, self.tet_count), jaw=jaw)
+            frame = simulator.step(self.tet_activations(activations), jaw=jaw)
         finally:
             simulator.settings = trial_settings
         return self._equilibrium(frame, activations, jaw)

@@ -542,12 +542,14 @@ class NewtonSolver:
 
     def solve(self, x0: np.ndarray, skull_transform: np.ndarray | None = None,
               jaw_transform: np.ndarray | None = None, force_scale: float | None = None,
-              max_forcing: float = MAX_FORCING) -> NewtonResult:
+              max_forcing: float = MAX_FORCING, tolerance: float | None = None) -> NewtonResult:
         """Solve one frame, warm-started from x0 ((3N,) or (N, 3)): with the bone transforms
-        given the constraints move to that frame first, otherwise their current frame is used."""
+        given the constraints move to that frame first, otherwise their current frame is used.
+        `tolerance`: this solve's, instead of the solver's."""
         self.constraints.use_frame(skull_transform, jaw_transform)
         return newton_minimise(self.objective, self.constraints, self._linear_solver, x0,
-                               tolerance=self.tolerance, max_iterations=self.max_iterations,
+                               tolerance=self.tolerance if tolerance is None else tolerance,
+                               max_iterations=self.max_iterations,
                                force_scale=force_scale, max_forcing=max_forcing,
                                max_steps_without_progress=self.max_steps_without_progress)
 

@@ -45,6 +45,9 @@ WIND_DRAG_COEFFICIENT = 1.0
 # Convergence is judged on the reduced force residual relative to the forces that drive the
 # frame; this floor (N) keeps "no force at all" frames from demanding a zero residual.
 MIN_FORCE_SCALE = 1e-6
+# The force residual (relative, as SimulationSettings.tolerance) a quasi-static load step before a
+# frame's last is solved to, without contacts.
+INTERMEDIATE_LOAD_STEP_TOLERANCE = 1e-3
 CONTACT_SOLVERS = ("newton", "ipopt")
 
 
@@ -81,9 +84,8 @@ class SimulationSettings:
     # entry of any tet's S since the last frame; the first frame starts from S = I) is solved in
     # equal load steps of at most this change, so that a jump reaches the equilibrium a ramp
     # would. Fitted ICT activations can have two: one Newton solve from the neutral face to
-    # jawOpen at weight 1 (largest change 1.0) ended 3.5 mm from where ramps of 2-20 frames end,
-    # and mouthClose's (1.4) 6.2 mm, where ramps of 5 or more frames agree (docs/physics.md,
-    # "Two equilibria"). None: every frame in one step.
+    # jawOpen at weight 1 (largest change 1.0) ended 3.5 mm from where ramps of 2-20 frames end
+    # (docs/physics.md, "Two equilibria"). None: every frame in one step.
     max_activation_change_per_load_step: Optional[float] = 0.2
 
     def __post_init__(self):
@@ -469,7 +471,12 @@ class FaceSimulator:
                 self._activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(
                     initial=0.0)
             skull, jaw_transform = bone_transforms(part_head, self.model["jaw_frame"], part_jaw)
-            result = self._solve_step(skull, jaw_transform, BonePose(skull, jaw_transform, frame_index), budget)
+            # A load step before the last is only the next one's start, close enough to stay on
+            # the branch (a continuation's corrector); the frame's own tolerance is the last's.
+            tolerance = None if last or self.settings.dynamic else \
+                max(self.settings.tolerance, INTERMEDIATE_LOAD_STEP_TOLERANCE)
+            result = self._solve_step(skull, jaw_transform, BonePose(skull, jaw_transform, frame_index), budget,
+                                      tolerance)
             attempt.add(result, skull, jaw_transform)
             correction = getattr(result, "skin_correction", None)
             self.skin_correction = np.zeros_like(self.skin_correction) if correction is None else correction
@@ -478,7 +485,8 @@ class FaceSimulator:
         attempt.load_steps = parts
         return attempt
 
-    def _solve_step(self, skull, jaw_transform, pose: BonePose, budget: Optional[int] = None):
+    def _solve_step(self, skull, jaw_transform, pose: BonePose, budget: Optional[int] = None,
+                    tolerance: Optional[float] = None):
         objective = self.objective
         objective.constant_force = self.gravity_force + self.wind_force()
         previous = self.positions.copy()
@@ -490,7 +498,7 @@ class FaceSimulator:
         force_scale = self._force_scale(previous, skull, jaw_transform)
         if self.contact_response is None:
             result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
-                                       force_scale=force_scale)
+                                       force_scale=force_scale, tolerance=tolerance)
         else:
             result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale, budget)
         self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
