@@ -578,15 +578,17 @@ def dragged_sphere(centre_on_top, radius=0.02, depth=0.003, drag=0.012):
 def test_a_contact_solve_over_its_iteration_budget_is_solved_again_in_load_steps(slab):
     """The cutback's contact budget (SimulationSettings.load_step_budget, passed to
     ContactResponse.solve_newton as iteration_budget). With a budget of one Newton iteration, the
-    dragged frame runs past it in its first round. So that attempt and the retry as two load
-    steps are abandoned, and the frame is solved as four load steps, which carry no budget. The
-    colliders stay at the frame's place, so the first of the four does the work. The result is
-    the frame solved at once without the cutback, up to where the tangent planes were taken:
-    the two paths hold the skin on planes found at different points of the sphere, and a vertex
-    slides along its plane, so the skin differs tangentially by up to twice the contact
-    tolerance. Measured: 2 rounds and 10 iterations at once; 30 iterations over the attempts
-    with the budget; skin up to 0.046 mm apart, almost all of it along the drag; deepest vertex
-    0.0001 mm (at once) and 0.000004 mm (load steps)."""
+    dragged frame runs past it in its first round, so that attempt is abandoned and the frame
+    is solved again as two load steps. The colliders stay at the frame's place, so the first
+    of the two does the work; it stops its rounds at four times the contact tolerance
+    (INTERMEDIATE_CONTACT_TOLERANCE_FACTOR), which its first round meets, and the second needs
+    one round. (Before load steps other than the last stopped early, the first also ran past
+    the budget, and so did the 2-step retry: the frame took 4 load steps, 30 iterations.) The
+    result is the frame solved at once without the cutback, up to where the tangent planes
+    were taken: the two paths hold the skin on planes found at different points of the sphere,
+    and a vertex slides along its plane, so the skin may differ tangentially by up to twice the
+    contact tolerance. Measured: 2 rounds and 10 iterations at once; 16 iterations over the
+    attempts with the budget; skin less than 0.00001 mm apart; deepest vertex 0.0001 mm both ways."""
     model, centre = slab
     sphere = dragged_sphere(centre)
 
@@ -605,7 +607,7 @@ def test_a_contact_solve_over_its_iteration_budget_is_solved_again_in_load_steps
               f"{at_once.collision_rounds} rounds), skin {skin_difference * MM:.5f} mm from the one-step result, "
               f"deepest {deepest * MM:.4f} mm")
     assert frame.converged, frame.reason
-    assert frame.load_steps == 4 and frame.iterations > at_once.iterations, report
+    assert frame.load_steps == 2 and frame.iterations > at_once.iterations, report
     assert deepest <= MAX_DEPTH and frame.contacts > 0, report
     assert skin_difference < 2.0 * DEFAULT_CONTACT_TOLERANCE, report
 
@@ -634,3 +636,30 @@ def test_the_low_rank_form_of_the_contact_hessian_matches_it_and_keys_its_planes
     moved = term.hessian_low_rank(x + 1e-5 * rng.normal(size=18))
     assert moved.keys == low_rank.keys and (moved.columns != low_rank.columns).nnz == 0
     assert len(set(low_rank.keys)) == 2
+
+
+def test_contact_rounds_stop_at_the_tolerance_they_are_given(slab):
+    """ContactResponse.solve_newton(tolerance=…): the simulator passes a load step before a
+    frame's last INTERMEDIATE_CONTACT_TOLERANCE_FACTOR times the contact tolerance. The sphere
+    dragged across the pressed slab (frame 2 of dragged_sphere, from frame 1's state): at the
+    default tolerance its first round leaves new penetrations the second resolves; given four
+    times the tolerance, the rounds stop at the first."""
+    model, centre = slab
+    sphere = dragged_sphere(centre)
+    outcomes = {}
+    for tolerance in (None, 4.0 * DEFAULT_CONTACT_TOLERANCE):
+        simulator = FaceSimulator(model, SimulationSettings(), collisions=ColliderSet([sphere]))
+        for _ in range(2):
+            simulator.step(identity_activations(model))
+        simulator.constraints.use_frame(np.eye(4), np.eye(4))
+        outcomes[tolerance] = simulator.contact_response.solve_newton(
+            simulator.objective, lambda x0, scale: simulator.solver.solve(x0, force_scale=scale),
+            simulator.positions, BonePose(np.eye(4), np.eye(4), 2), simulator._force_scale(
+                simulator.positions, np.eye(4), np.eye(4)), tolerance=tolerance)
+    tight, loose = outcomes[None], outcomes[4.0 * DEFAULT_CONTACT_TOLERANCE]
+    report = (f"default: {tight.rounds} rounds, {tight.iterations} it., deepest {tight.history[-1][1] * MM:.4f} mm; "
+              f"4x: {loose.rounds} rounds, {loose.iterations} it., deepest {loose.history[-1][1] * MM:.4f} mm")
+    assert tight.converged and loose.converged, report
+    assert tight.history[-1][1] <= DEFAULT_CONTACT_TOLERANCE, report
+    assert loose.history[-1][1] <= 4.0 * DEFAULT_CONTACT_TOLERANCE, report
+    assert loose.rounds < tight.rounds and loose.iterations < tight.iterations, report

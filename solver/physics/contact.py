@@ -739,14 +739,16 @@ class ContactResponse:
     def solve_newton(self, objective, solve: Callable, x_start: np.ndarray, pose: BonePose,
                      force_scale: float, detect_at: Optional[np.ndarray] = None,
                      skin_offset: Optional[np.ndarray] = None,
-                     iteration_budget: Optional[int] = None) -> ContactOutcome:
+                     iteration_budget: Optional[int] = None, tolerance: Optional[float] = None) -> ContactOutcome:
         """`solve(x0, force_scale) -> NewtonResult` runs the frame's Newton solver on
         `objective`, whose ``contact`` attribute this sets to the AL term of each round. The
         first detection runs at `detect_at` (default x_start): the start moved onto this
         step's bone constraints, so that teeth moved by the jaw are seen where they are.
         `skin_offset` (V,3): the display offset (see the class). `iteration_budget`: stop,
         unconverged, once the rounds have taken this many Newton iterations (the simulator then
-        solves the frame in load steps)."""
+        solves the frame in load steps). `tolerance`: the depth and violation at which the rounds
+        stop, instead of the response's."""
+        tolerance = self.tolerance if tolerance is None else tolerance
         planes, anchors = self.detect(x_start if detect_at is None else detect_at, pose)
         # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m), anchor (m).
         state = self._fresh_state(planes, anchors)
@@ -781,7 +783,7 @@ class ContactResponse:
                     state[:, _MULTIPLIER], state[:, _VIOLATION] = updated, plane_violation
                 detected, anchors = self.detect(x, pose)
                 depth = float(detected.depth.max(initial=0.0))
-                converged = result.converged and max(violation, slack, depth) <= self.tolerance
+                converged = result.converged and max(violation, slack, depth) <= tolerance
                 history.append((planes.count, depth, violation, slack))
                 reasons = [] if result.converged else [f"round {rounds}: {result.reason}"]
                 planes, state = self._merge(planes, state, state[:, _MULTIPLIER] > 0.0, detected,
@@ -805,7 +807,7 @@ class ContactResponse:
         self._remember(planes, multipliers)
         if not converged and not reasons:
             reasons.append(f"contacts unresolved after {rounds} rounds: penetration {depth * 1e3:.4f} mm, "
-                           f"plane violation {violation * 1e3:.4f} mm > tolerance {self.tolerance * 1e3:.4f} mm")
+                           f"plane violation {violation * 1e3:.4f} mm > tolerance {tolerance * 1e3:.4f} mm")
         return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
                               factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
                               contacts=int((multipliers > 0.0).sum()), violation_max=violation, history=history,

@@ -45,9 +45,11 @@ WIND_DRAG_COEFFICIENT = 1.0
 # Convergence is judged on the reduced force residual relative to the forces that drive the
 # frame; this floor (N) keeps "no force at all" frames from demanding a zero residual.
 MIN_FORCE_SCALE = 1e-6
-# The force residual (relative, as SimulationSettings.tolerance) a quasi-static load step before a
-# frame's last is solved to, without contacts.
+# A quasi-static load step before a frame's last is solved to this force residual (relative, as
+# SimulationSettings.tolerance), and its contact rounds (Newton path) stop at this many times the
+# contact tolerance.
 INTERMEDIATE_LOAD_STEP_TOLERANCE = 1e-3
+INTERMEDIATE_CONTACT_TOLERANCE_FACTOR = 4.0
 CONTACT_SOLVERS = ("newton", "ipopt")
 
 
@@ -472,7 +474,8 @@ class FaceSimulator:
                     initial=0.0)
             skull, jaw_transform = bone_transforms(part_head, self.model["jaw_frame"], part_jaw)
             # A load step before the last is only the next one's start, close enough to stay on
-            # the branch (a continuation's corrector); the frame's own tolerance is the last's.
+            # the branch (a continuation's corrector), and its contacts close enough to keep the
+            # lips on their side of the teeth; the frame's own tolerances are the last's.
             tolerance = None if last or self.settings.dynamic else \
                 max(self.settings.tolerance, INTERMEDIATE_LOAD_STEP_TOLERANCE)
             result = self._solve_step(skull, jaw_transform, BonePose(skull, jaw_transform, frame_index), budget,
@@ -500,15 +503,17 @@ class FaceSimulator:
             result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
                                        force_scale=force_scale, tolerance=tolerance)
         else:
-            result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale, budget)
+            result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale, budget, tolerance)
         self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
         if self.settings.dynamic:
             self.velocity = (self.positions - previous) / objective.time_step
         return result
 
-    def _solve_with_contacts(self, previous, skull, jaw_transform, pose, force_scale, budget=None):
+    def _solve_with_contacts(self, previous, skull, jaw_transform, pose, force_scale, budget=None, tolerance=None):
         """One time step alternating solve and detection (contact.ContactResponse); detection
-        starts from the previous positions moved onto this step's bone constraints."""
+        starts from the previous positions moved onto this step's bone constraints. With a
+        `tolerance` (a load step before the last) the Newton solves use it and the Newton-path
+        rounds stop at INTERMEDIATE_CONTACT_TOLERANCE_FACTOR times the contact tolerance."""
         def newton(x0, scale):
             # Contact rounds take inexact steps too: CG is preconditioned by the kept factor
             # modified to the planes active now (newton.LowRankTerm, CHOLMOD update/downdate).
@@ -516,7 +521,7 @@ class FaceSimulator:
             # Newton iterations and 2,293 factorisations (frame 5 unconverged after 20 rounds);
             # with the modified factor 336 iterations, 297 factorisations, every frame converged.
             return self.solver.solve(x0, skull_transform=skull, jaw_transform=jaw_transform, force_scale=scale,
-                                     max_forcing=MAX_FORCING)
+                                     max_forcing=MAX_FORCING, tolerance=tolerance)
 
         constraints = self.constraints
         constraints.use_frame(skull, jaw_transform)
@@ -526,8 +531,11 @@ class FaceSimulator:
             return self.contact_response.solve_ipopt(self.objective, constraints, newton, previous, pose, force_scale,
                                                      tolerance=self.settings.tolerance, detect_at=moved,
                                                      skin_offset=offset)
+        contact_tolerance = None if tolerance is None else \
+            INTERMEDIATE_CONTACT_TOLERANCE_FACTOR * self.settings.contact_tolerance
         return self.contact_response.solve_newton(self.objective, newton, previous, pose, force_scale,
-                                                  detect_at=moved, skin_offset=offset, iteration_budget=budget)
+                                                  detect_at=moved, skin_offset=offset, iteration_budget=budget,
+                                                  tolerance=contact_tolerance)
 
     def _force_scale(self, start, skull, jaw_transform):
         """The forces that drive the frame: activation pull at rest, gravity and wind, and the
