@@ -479,8 +479,7 @@ class ContactResponse:
         self.tolerance, self.max_rounds, self.stiffness_factor = tolerance, max_rounds, stiffness_factor
         self.hessian_layout = hessian_layout
         self.margin = float(margin) if margin and _takes_margin(collisions) else 0.0
-        self._carried_keys = np.zeros(0, np.int64)       # multipliers of the last step, for warm starts
-        self._carried_multipliers = np.zeros(0)
+        self.forget_carried()
         self.last_anchored = (0, 0.0)
         self.last_bone_limited = (0, 0.0)
 
@@ -678,6 +677,10 @@ class ContactResponse:
 
     def carry(self, carried: tuple) -> None:
         self._carried_keys, self._carried_multipliers = carried
+
+    def forget_carried(self) -> None:
+        """Carry no multiplier to the next step (a fresh start: no warm start from the last one)."""
+        self._carried_keys, self._carried_multipliers = np.zeros(0, np.int64), np.zeros(0)
 
     def project_displayed(self, x, pose: BonePose, skin_offset=None) -> np.ndarray:
         """(V,3) the display correction: every vertex of the displayed skin (embedded + offset)

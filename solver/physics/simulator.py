@@ -429,7 +429,7 @@ class FaceSimulator:
         # of the colliders (contact.ContactResponse.project_displayed), (V,3) m.
         self.skin_correction = np.zeros((len(self.skin_embedding.weights), 3))
         if self.contact_response is not None:
-            self.contact_response.carry((np.zeros(0, np.int64), np.zeros(0)))
+            self.contact_response.forget_carried()
 
     def _load_steps_for(self, activation: np.ndarray) -> int:
         """The quasi-static load steps of a frame moving to these activations
