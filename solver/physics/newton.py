@@ -266,12 +266,6 @@ class CholmodLinearSolver:
             raise RuntimeError("no numeric factor: call factorise first")
         return self._factor.copy()
 
-    def solve_with_factor(self, rhs: np.ndarray) -> np.ndarray:
-        """(matrix + βI)⁻¹ rhs with the kept factor (``factorise`` first); rhs (n,) or (n, k)."""
-        if not self._has_numeric_factor:
-            raise RuntimeError("no numeric factor: call factorise first")
-        return self._factor.solve_A(rhs)
-
 
 # How a Krylov solve ended (CholmodLinearSolver.krylov_solve).
 SOLVED = "solved"
