@@ -397,7 +397,8 @@ class ContactOutcome:
     projected_steps: int = 0        # Newton steps on the projected Hessian (newton.py), all rounds
 
 
-def _keys(planes: ContactPlanes) -> np.ndarray:
+def plane_keys(planes: ContactPlanes) -> np.ndarray:
+    """(C,) one int64 per plane for its (vertex, collider): the key of ContactResponse.carried()."""
     return planes.vertex.astype(np.int64) * _KEY_STRIDE + planes.collider.astype(np.int64)
 
 
@@ -614,7 +615,7 @@ class ContactResponse:
         if not planes.count or not len(self._carried_keys):
             return np.zeros(planes.count)
         order = np.argsort(self._carried_keys)
-        keys = _keys(planes)
+        keys = plane_keys(planes)
         slot = np.clip(np.searchsorted(self._carried_keys, keys, sorter=order), 0, len(order) - 1)
         found = self._carried_keys[order[slot]] == keys
         return np.where(found, self._carried_multipliers[order[slot]], 0.0)
@@ -631,12 +632,12 @@ class ContactResponse:
         stale once the lip has moved, so it is always replaced. Old planes not replaced stay
         where `keep`."""
         old_rows: dict = {}
-        for row, key in enumerate(_keys(planes).tolist()):
+        for row, key in enumerate(plane_keys(planes).tolist()):
             old_rows.setdefault(key, []).append(row)
         inherited = fresh_state.copy()
         replaced = np.zeros(planes.count, bool)
         deforming = (planes.partner >= 0).any(axis=1)
-        for index, key in enumerate(_keys(detected).tolist()):
+        for index, key in enumerate(plane_keys(detected).tolist()):
             rows = old_rows.get(key)
             if not rows:
                 continue
@@ -649,9 +650,11 @@ class ContactResponse:
         merged = ContactPlanes.concatenate([detected, planes.subset(stays)])
         return merged, np.concatenate([inherited, state[stays]])
 
-    def _fresh_state(self, planes: ContactPlanes, anchors: np.ndarray) -> np.ndarray:
-        """(C,6) state of newly detected planes: warm multiplier, boost 1, violation = depth, anchor."""
-        return np.column_stack([self._warm_multipliers(planes), np.ones(planes.count), planes.depth,
+    def _fresh_state(self, planes: ContactPlanes, anchors: np.ndarray, warm: bool = True) -> np.ndarray:
+        """(C,6) state of newly detected planes: multiplier (the last step's for the same plane
+        when `warm`, else 0), boost 1, violation = depth, anchor."""
+        multipliers = self._warm_multipliers(planes) if warm else np.zeros(planes.count)
+        return np.column_stack([multipliers, np.ones(planes.count), planes.depth,
                                 np.reshape(anchors, (-1, 3))])
 
     def _contact_force_scale(self, planes: ContactPlanes, multipliers: np.ndarray) -> float:
@@ -664,11 +667,7 @@ class ContactResponse:
 
     def _remember(self, planes: ContactPlanes, multipliers: np.ndarray):
         pushing = multipliers > 0.0
-        self._carried_keys, self._carried_multipliers = _keys(planes)[pushing], multipliers[pushing]
-
-    def forget(self):
-        """Drop the carried multipliers (e.g. when the simulator state is reset)."""
-        self._remember(ContactPlanes.empty(), np.zeros(0))
+        self._carried_keys, self._carried_multipliers = plane_keys(planes)[pushing], multipliers[pushing]
 
     def carried(self) -> tuple:
         """The multipliers carried to the next step, as (keys, values); ``carry`` puts them back
@@ -790,7 +789,7 @@ class ContactResponse:
                 history.append((planes.count, depth, violation, slack))
                 reasons = [] if result.converged else [f"round {rounds}: {result.reason}"]
                 planes, state = self._merge(planes, state, state[:, _MULTIPLIER] > 0.0, detected,
-                                            self._fresh_state(detected, anchors))
+                                            self._fresh_state(detected, anchors, warm=False))
                 if converged:
                     break
                 # A solve that ran out of iterations while still descending goes on in the next
