@@ -581,8 +581,9 @@ def test_a_contact_solve_over_its_iteration_budget_is_solved_again_in_load_steps
     dragged frame runs past it in its first round, so that attempt is abandoned and the frame
     is solved again as two load steps. The colliders stay at the frame's place, so the first
     of the two does the work; it stops its rounds at INTERMEDIATE_CONTACT_DEPTH, which its
-    first round meets, and the second needs one round. (Before load steps other than the last stopped early, the first also ran past
-    the budget, and so did the 2-step retry: the frame took 4 load steps, 30 iterations.) The
+    first round meets, and the second needs one round. (Before load steps other than the last
+    stopped early, the first also ran past the budget, and so did the 2-step retry: the frame
+    took 4 load steps, 30 iterations.) The
     result is the frame solved at once without the cutback, up to where the tangent planes
     were taken: the two paths hold the skin on planes found at different points of the sphere,
     and a vertex slides along its plane, so the skin may differ tangentially by up to twice the
