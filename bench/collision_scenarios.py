@@ -278,6 +278,8 @@ class LipFrame:
     projected: int = 0                 # displayed-skin vertices the display projection moved
     projection_max: float = 0.0        # m, its largest move
     all_skin_depth: float = 0.0        # m, displayed skin with every skin vertex tested against the teeth
+    behind_tissue: float = 0.0         # m, as behind_simulated on the embedded skin (no detail offset, no projection)
+    in_mouth_tissue: float = 0.0       # m, as in_mouth_simulated on the embedded skin
 
 
 @dataclass
@@ -343,6 +345,7 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
         run.positions.append(simulator.positions.copy())
         measured = scene.measure(skin, poses[frame])
         physics_depth = pushable_depth(simulator, scene, poses[frame])
+        tissue = simulator.skin_positions()
         everything = None if all_skin_scene is None else all_skin_scene.measure(skin, poses[frame])
         record = LipFrame(
             plain_count=plain_measure.penetrating_vertices, plain_depth=plain_measure.max_depth_m,
@@ -358,7 +361,9 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
                                                   "rear").max()),
             anchored_depth=step.anchored_depth_max, physics_depth=physics_depth,
             projected=step.projected_vertices, projection_max=step.projection_max,
-            all_skin_depth=np.nan if everything is None else everything.max_depth_m)
+            all_skin_depth=np.nan if everything is None else everything.max_depth_m,
+            behind_tissue=float(behind_teeth(scene, tissue, poses[frame], axes, lips, rest_behind).max()),
+            in_mouth_tissue=float(behind_teeth(scene, tissue, poses[frame], axes, lips, rest_in_mouth, "rear").max()))
         run.frames.append(record)
         progress(describe_lip_frame(frame, record))
     return run
@@ -371,7 +376,8 @@ def describe_lip_frame(frame: int, record: LipFrame) -> str:
             f"(in the mouth {max(record.in_mouth_plain, 0) * MM:5.2f}) | "
             f"simulated max {record.simulated_depth * MM:6.4f} mm ({record.simulated_count} vertices, reported "
             f"{record.reported_depth * MM:.4f}), behind teeth {max(record.behind_simulated, 0) * MM:.3f} mm "
-            f"(in the mouth {max(record.in_mouth_simulated, 0) * MM:.3f}), "
+            f"(in the mouth {max(record.in_mouth_simulated, 0) * MM:.3f}; the tissue's own skin "
+            f"{max(record.behind_tissue, 0) * MM:.3f} / {max(record.in_mouth_tissue, 0) * MM:.3f}), "
             f"{record.contacts} contacts, {record.rounds} rounds, "
             f"{'converged' if record.converged else 'NOT converged'}, {record.seconds:.2f} s; tissue holds its "
             f"pushable skin to {record.physics_depth * MM:.4f} mm, {record.anchored} anchored up to "
@@ -388,7 +394,9 @@ def summarise_lip_run(run: LipRun) -> list[str]:
         f"({max(max(f.in_mouth_plain, 0) for f in frames) * MM:.2f} mm in the mouth)",
         f"simulated: deepest {max(f.simulated_depth for f in frames) * MM:.4f} mm (accepted ≤ {ACCEPTED_DEPTH * MM} mm), "
         f"lips behind the teeth ≤ {max(max(f.behind_simulated, 0) for f in frames) * MM:.4f} mm "
-        f"(in the mouth ≤ {max(max(f.in_mouth_simulated, 0) for f in frames) * MM:.4f} mm), "
+        f"(in the mouth ≤ {max(max(f.in_mouth_simulated, 0) for f in frames) * MM:.4f} mm; the tissue's own "
+        f"skin ≤ {max(max(f.behind_tissue, 0) for f in frames) * MM:.4f} / "
+        f"{max(max(f.in_mouth_tissue, 0) for f in frames) * MM:.4f} mm), "
         f"{sum(not f.converged for f in frames)} unconverged frames, {sum(f.rounds for f in frames)} rounds, "
         f"{sum(f.anchored for f in frames)} anchored, {sum(f.seconds for f in frames):.1f} s in all",
         f"tissue: pushable embedded skin within {max(f.physics_depth for f in frames) * MM:.4f} mm; anchored up to "
