@@ -650,7 +650,7 @@ class ContactResponse:
         merged = ContactPlanes.concatenate([detected, planes.subset(stays)])
         return merged, np.concatenate([inherited, state[stays]])
 
-    def _fresh_state(self, planes: ContactPlanes, anchors: np.ndarray, warm: bool = True) -> np.ndarray:
+    def _fresh_state(self, planes: ContactPlanes, anchors: np.ndarray, *, warm: bool) -> np.ndarray:
         """(C,6) state of newly detected planes: multiplier (the last step's for the same plane
         when `warm`, else 0), boost 1, violation = depth, anchor."""
         multipliers = self._warm_multipliers(planes) if warm else np.zeros(planes.count)
@@ -753,7 +753,7 @@ class ContactResponse:
         tolerance = self.tolerance if tolerance is None else tolerance
         planes, anchors = self.detect(x_start if detect_at is None else detect_at, pose)
         # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m), anchor (m).
-        state = self._fresh_state(planes, anchors)
+        state = self._fresh_state(planes, anchors, warm=True)
         x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(4, np.int64), []
         converged, depth, violation, rounds, history = False, 0.0, 0.0, 0, []
         try:
