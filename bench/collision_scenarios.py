@@ -13,7 +13,8 @@ ICT FaceKit rig from tests/ict_data.py when the model has its vertex count).
 
     .venv/bin/python bench/collision_scenarios.py [--picture docs/images/collisions/lip_contact_demo.png]
     .venv/bin/python bench/collision_scenarios.py --model /tmp/ict_g45.npz --fit /tmp/ict_g45_fit.npz \
-        --picture docs/images/collisions/lip_contact_ict.png
+        --picture docs/images/collisions/lip_contact_ict.png \
+        --section-picture docs/images/collisions/lip_sections_ict.png   # where the lips end, in section
     .venv/bin/python bench/collision_scenarios.py --headset [--model MODEL.npz]   # the shell and the finger
 
 Headset scenario: a curved visor with thickness (a closed shell built from a smoothed upper
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -280,6 +282,7 @@ class LipFrame:
     all_skin_depth: float = 0.0        # m, displayed skin with every skin vertex tested against the teeth
     behind_tissue: float = 0.0         # m, as behind_simulated on the embedded skin (no detail offset, no projection)
     in_mouth_tissue: float = 0.0       # m, as in_mouth_simulated on the embedded skin
+    in_mouth_tissue_vertices: int = 0  # embedded-skin lip vertices more than ACCEPTED_DEPTH in the mouth
 
 
 @dataclass
@@ -293,6 +296,7 @@ class LipRun:
     frames: list = field(default_factory=list)
     recording: Optional[RecordingScene] = None
     positions: list = field(default_factory=list)     # (T,) tet node positions
+    tissue: list = field(default_factory=list)        # (T,) the embedded skin (V,3): no detail offset, no projection
 
 
 def pushable_depth(simulator: FaceSimulator, scene: CollisionScene, pose: BonePose) -> float:
@@ -346,6 +350,8 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
         measured = scene.measure(skin, poses[frame])
         physics_depth = pushable_depth(simulator, scene, poses[frame])
         tissue = simulator.skin_positions()
+        run.tissue.append(tissue)
+        in_mouth_tissue = behind_teeth(scene, tissue, poses[frame], axes, lips, rest_in_mouth, "rear")
         everything = None if all_skin_scene is None else all_skin_scene.measure(skin, poses[frame])
         record = LipFrame(
             plain_count=plain_measure.penetrating_vertices, plain_depth=plain_measure.max_depth_m,
@@ -363,7 +369,8 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
             projected=step.projected_vertices, projection_max=step.projection_max,
             all_skin_depth=np.nan if everything is None else everything.max_depth_m,
             behind_tissue=float(behind_teeth(scene, tissue, poses[frame], axes, lips, rest_behind).max()),
-            in_mouth_tissue=float(behind_teeth(scene, tissue, poses[frame], axes, lips, rest_in_mouth, "rear").max()))
+            in_mouth_tissue=float(in_mouth_tissue.max()),
+            in_mouth_tissue_vertices=int((in_mouth_tissue > ACCEPTED_DEPTH).sum()))
         run.frames.append(record)
         progress(describe_lip_frame(frame, record))
     return run
@@ -377,12 +384,44 @@ def describe_lip_frame(frame: int, record: LipFrame) -> str:
             f"simulated max {record.simulated_depth * MM:6.4f} mm ({record.simulated_count} vertices, reported "
             f"{record.reported_depth * MM:.4f}), behind teeth {max(record.behind_simulated, 0) * MM:.3f} mm "
             f"(in the mouth {max(record.in_mouth_simulated, 0) * MM:.3f}; the tissue's own skin "
-            f"{max(record.behind_tissue, 0) * MM:.3f} / {max(record.in_mouth_tissue, 0) * MM:.3f}), "
+            f"{max(record.behind_tissue, 0) * MM:.3f} / {max(record.in_mouth_tissue, 0) * MM:.3f}, "
+            f"{record.in_mouth_tissue_vertices} vertices over {ACCEPTED_DEPTH * MM} mm in the mouth), "
             f"{record.contacts} contacts, {record.rounds} rounds, "
             f"{'converged' if record.converged else 'NOT converged'}, {record.seconds:.2f} s; tissue holds its "
             f"pushable skin to {record.physics_depth * MM:.4f} mm, {record.anchored} anchored up to "
             f"{record.anchored_depth * MM:.3f} mm; display projection moved {record.projected} vertices up to "
             f"{record.projection_max * MM:.3f} mm; every skin vertex vs teeth {record.all_skin_depth * MM:.3f} mm")
+
+
+def lip_section_panels(model, scene: CollisionScene, run: LipRun) -> list:
+    """Sections (solver.pictures.lip_sections) of the frames where the tissue's own skin has lip
+    vertices more than ACCEPTED_DEPTH in the mouth, each cut through the deepest of them; when no
+    frame has any, the frame whose plain blend goes furthest into the mouth, cut there."""
+    from solver.pictures.lip_sections import LipSectionPanel
+    axes = _head_axes(model)
+    lips = labial_lip_vertices(scene, model, axes)
+    rest_in_mouth = rest_behind_teeth(scene, model, axes, lips, "rear")
+    rest = np.asarray(model["skin_vertices"], dtype=np.float64)
+    frames = [frame for frame, record in enumerate(run.frames) if record.in_mouth_tissue_vertices]
+    if not frames:
+        frames = [int(np.argmax([record.in_mouth_plain for record in run.frames]))]
+    panels = []
+    for frame in frames:
+        pose, tissue = run.poses[frame], run.tissue[frame]
+        in_mouth = behind_teeth(scene, tissue, pose, axes, lips, rest_in_mouth, "rear")
+        deepest = in_mouth if in_mouth.max() > ACCEPTED_DEPTH else \
+            behind_teeth(scene, run.plain[frame], pose, axes, lips, rest_in_mouth, "rear")
+        cut_on = tissue if deepest is in_mouth else run.plain[frame]
+        weights = textwrap.fill(", ".join(f"{name} {weight:.1f}" for name, weight
+                                          in zip(run.names, run.weights[frame]) if weight), 46)
+        panels.append(LipSectionPanel(
+            title=f"frame {frame}: {weights}\n{int((in_mouth > ACCEPTED_DEPTH).sum())} lip vertices in the mouth, "
+                  f"up to {max(in_mouth.max(), 0.0) * MM:.2f} mm",
+            pose=pose, skins=[("rest", rest, (0.6, 0.6, 0.6)), ("plain blendshapes", run.plain[frame], (0.1, 0.55, 0.1)),
+                              ("simulated: the tissue's own skin", tissue, (0.85, 0.1, 0.05))],
+            cut_point=cut_on[lips[int(np.argmax(deepest))]], marked=lips[in_mouth > ACCEPTED_DEPTH],
+            marked_label=f"lip vertices over {ACCEPTED_DEPTH * MM} mm in the mouth"))
+    return panels
 
 
 def summarise_lip_run(run: LipRun) -> list[str]:
@@ -660,6 +699,8 @@ def main(argv=None):
     parser.add_argument("--save-fit", type=Path, help="save the demo fit here")
     parser.add_argument("--frames", type=int, help="run only the first FRAMES frames of the lip animation")
     parser.add_argument("--save-run", type=Path, help="save plain and simulated skin, poses and tet positions (npz)")
+    parser.add_argument("--section-picture", type=Path,
+                        help="write sagittal sections of the frames with lip vertices in the mouth here")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -708,7 +749,7 @@ def main(argv=None):
           f"(largest inward component {worst:.3f})")
     if args.save_run:
         np.savez(args.save_run, plain=run.plain, simulated=run.simulated, detail=run.detail,
-                 positions=np.stack(run.positions), names=np.array(run.names), weights=run.weights,
+                 positions=np.stack(run.positions), tissue=np.stack(run.tissue), names=np.array(run.names), weights=run.weights,
                  skull=np.stack([p.skull for p in run.poses]), jaw=np.stack([p.jaw for p in run.poses]))
     if args.picture:
         from solver.pictures.contact_frames import picture_contact_frames
@@ -718,6 +759,12 @@ def main(argv=None):
                                       f"{frame}: " + ", ".join(f"{n} {w:.2f}" for n, w in
                                                                zip(run.names, run.weights[frame]) if w))
         print(f"picture: {path}")
+    if args.section_picture:
+        from solver.pictures.lip_sections import picture_lip_sections
+        path = picture_lip_sections(model, scene, lip_section_panels(model, scene, run), args.section_picture,
+                                    title=f"{'ICT FaceKit' if ict else 'Demo head'}: lips and teeth in sagittal "
+                                          f"section (face to the left)")
+        print(f"section picture: {path}")
 
 
 def run_headset(model, press: float, frames: int = 5):

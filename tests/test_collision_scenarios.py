@@ -125,6 +125,32 @@ def test_the_before_after_picture(lip_run, demo_15k, tmp_path):
     assert path.is_file() and path.stat().st_size > 10_000
 
 
+def test_the_lip_section_picture(lip_run, demo_15k, tmp_path):
+    from PIL import Image
+    from solver.pictures.contact_frames import REGION_COLOUR
+    from solver.pictures.lip_sections import picture_lip_sections
+    run, scene = lip_run["run"], lip_run["scene"]
+    panels = scenarios.lip_section_panels(demo_15k, scene, run)
+    # No frame leaves the tissue's own lip vertices in the mouth here, so the one panel is the
+    # frame whose plain blend goes deepest into the mouth.
+    assert all(f.in_mouth_tissue_vertices == 0 for f in run.frames)
+    assert len(panels) == 1
+    assert panels[0].title.startswith(f"frame {int(np.argmax([f.in_mouth_plain for f in run.frames]))}:")
+    assert len(panels[0].marked) == 0 and [label for label, _, _ in panels[0].skins][-1].startswith("simulated")
+    path = picture_lip_sections(demo_15k, scene, panels, tmp_path / "sections.png", title="demo")
+    with Image.open(path) as picture:
+        image = np.asarray(picture.convert("RGB")).astype(int)
+    assert image.shape[0] > 400 and image.shape[1] > 400
+
+    def pixels_near(colour, tolerance=40):
+        return int((np.abs(image - np.round(np.asarray(colour) * 255)).max(axis=2) <= tolerance).sum())
+
+    assert pixels_near(REGION_COLOUR) > 200, "the teeth proxies' labial regions are cut"
+    assert pixels_near((0.85, 0.1, 0.05)) > 200, "the simulated skin is cut"
+    with pytest.raises(ValueError, match="at least one panel"):
+        picture_lip_sections(demo_15k, scene, [], tmp_path / "none.png")
+
+
 @pytest.fixture(scope="module")
 def headset_file(demo_15k, tmp_path_factory):
     path = tmp_path_factory.mktemp("headset") / "headset.npz"

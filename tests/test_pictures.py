@@ -334,3 +334,25 @@ def test_still_muscles_picture_washes_the_held_footprints_and_names_them(model, 
         "frontalis (L, R), procerus (R), orbicularis_oris"
     with pytest.raises(ValueError, match="footprints"):
         picture_still_muscles(model, footprints[:, :2], [("shape", delta, held)], list(MUSCLE_NAMES), tmp_path / "x.png")
+
+
+def test_cut_segments_of_closed_meshes_chain_into_one_closed_loop_each():
+    from solver.geometry import icosphere
+    from solver.pictures.lip_sections import closed_loops
+    from solver.pictures.views import triangle_cut_segments
+    vertices, triangles = icosphere(3)
+    two_spheres = np.vstack([vertices, vertices + [0.0, 3.0, 0.0]])
+    both = np.vstack([triangles, triangles + len(vertices)])
+    segments = triangle_cut_segments(two_spheres, both, np.array([1.0, 0.0, 0.0]), np.array([0.3, 0.0, 0.0]))
+    loops = closed_loops(segments)
+    assert len(loops) == 2 and sum(len(loop) - 1 for loop in loops) == len(segments)
+    for loop in loops:
+        assert np.allclose(loop[0], loop[-1])
+        y, z = loop[:, 1] - loop[:, 1].mean(), loop[:, 2]
+        area = 0.5 * abs(np.sum(y * np.roll(z, -1) - np.roll(y, -1) * z))
+        assert area == pytest.approx(np.pi * (1.0 - 0.3 ** 2), rel=0.03)   # the sphere's circle of radius √0.91
+    # An open mesh (half the sphere's triangles) leaves the chain open.
+    half = triangles[vertices[triangles].mean(axis=1)[:, 2] > 0.0]
+    open_loops = closed_loops(triangle_cut_segments(vertices, half, np.array([1.0, 0.0, 0.0]),
+                                                    np.array([0.3, 0.0, 0.0])))
+    assert len(open_loops) == 1 and not np.allclose(open_loops[0][0], open_loops[0][-1])

@@ -202,7 +202,7 @@ def picture_cross_section(model: dict, path, plane: str = "sagittal", offset: fl
 
     line_handles = []
     for name, vertices, triangles, colour in _surfaces_for_cut_lines(model):
-        segments = _triangle_cut_segments(np.asarray(vertices, dtype=float), triangles, normal, origin)
+        segments = triangle_cut_segments(np.asarray(vertices, dtype=float), triangles, normal, origin)
         if len(segments):
             plot.add_collection(LineCollection(in_plane_cm(segments), colors=[colour], linewidths=1.8))
             if name not in [handle.get_label() for handle in line_handles]:  # upper and lower teeth share one
@@ -474,7 +474,7 @@ def _tet_cut_polygons(positions: np.ndarray, tets: np.ndarray, signed_distance: 
     return corners[keep], cut_tets[keep]
 
 
-def _triangle_cut_segments(vertices: np.ndarray, triangles: np.ndarray, normal: np.ndarray,
+def triangle_cut_segments(vertices: np.ndarray, triangles: np.ndarray, normal: np.ndarray,
                            origin: np.ndarray) -> np.ndarray:
     """(S,2,3) the segments where a plane cuts a triangle mesh (same node rule as tets)."""
     triangles = np.asarray(triangles, dtype=np.int64).reshape(-1, 3)
