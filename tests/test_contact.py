@@ -684,7 +684,7 @@ def test_contact_rounds_stop_at_the_tolerance_they_are_given(slab):
         simulator.constraints.use_frame(np.eye(4), np.eye(4))
         outcomes[tolerance] = simulator.contact_response.solve_newton(
             simulator.objective, lambda x0, scale: simulator.solver.solve(x0, force_scale=scale),
-            simulator.positions, BonePose(np.eye(4), np.eye(4), 2), simulator._force_scale(
+            simulator.positions, BonePose(np.eye(4), np.eye(4), 2), simulator.force_scale(
                 simulator.positions, np.eye(4), np.eye(4)), tolerance=tolerance)
     tight, loose = outcomes[None], outcomes[4.0 * DEFAULT_CONTACT_TOLERANCE]
     report = (f"default: {tight.rounds} rounds, {tight.iterations} it., deepest {tight.history[-1][1] * MM:.4f} mm; "

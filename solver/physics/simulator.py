@@ -503,7 +503,7 @@ class FaceSimulator:
             objective.inertia_target = previous + objective.time_step * self.velocity
         else:
             objective.inertia_target = None
-        force_scale = self._force_scale(previous, skull, jaw_transform)
+        force_scale = self.force_scale(previous, skull, jaw_transform)
         if self.contact_response is None:
             result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
                                        force_scale=force_scale, tolerance=tolerance)
@@ -542,13 +542,15 @@ class FaceSimulator:
                                                   detect_at=moved, skin_offset=offset, iteration_budget=budget,
                                                   tolerance=contact_tolerance)
 
-    def _force_scale(self, start, skull, jaw_transform):
-        """The forces that drive the frame: activation pull at rest, gravity and wind, and the
-        out-of-balance force the step starts with once the bones have moved to this frame
-        (what a head or jaw motion, a released stretch or the momentum of a dynamic step put
-        on the tissue). Without that last term a frame driven only by bone motion or inertia
-        had the MIN_FORCE_SCALE floor as its scale, a threshold at round-off level that Newton
-        cannot reach: converged frames were reported unconverged after 50 iterations."""
+    def force_scale(self, start, skull, jaw_transform) -> float:
+        """The force (N) a step from `start` with the bones at (skull, jaw_transform) measures
+        its Newton residual against: the largest of the forces that drive the frame —
+        activation pull at rest, gravity and wind, and the out-of-balance force the step
+        starts with once the bones have moved to this frame (what a head or jaw motion, a
+        released stretch or the momentum of a dynamic step put on the tissue). Without that
+        last term a frame driven only by bone motion or inertia had the MIN_FORCE_SCALE floor
+        as its scale, a threshold at round-off level that Newton cannot reach: converged frames
+        were reported unconverged after 50 iterations."""
         external = np.abs(self.objective.constant_force).max(initial=0.0)
         constraints = self.constraints
         constraints.use_frame(skull, jaw_transform)
