@@ -668,24 +668,30 @@ def test_the_low_rank_form_of_the_contact_hessian_matches_it_and_keys_its_planes
     assert len(set(low_rank.keys)) == 2
 
 
-def test_contact_rounds_stop_at_the_tolerance_they_are_given(slab):
-    """ContactResponse.solve_newton(tolerance=…): the simulator passes a load step before a
-    frame's last INTERMEDIATE_CONTACT_DEPTH (3 mm). The sphere
-    dragged across the pressed slab (frame 2 of dragged_sphere, from frame 1's state): at the
-    default tolerance its first round leaves new penetrations the second resolves; given four
-    times the tolerance, the rounds stop at the first."""
+@pytest.mark.parametrize("contact_solver", ["newton", "ipopt"])
+def test_contact_rounds_stop_at_the_tolerance_they_are_given(slab, contact_solver):
+    """ContactResponse.solve_newton(tolerance=…) and solve_ipopt(contact_tolerance=…): the
+    simulator passes a load step before a frame's last INTERMEDIATE_CONTACT_DEPTH (3 mm). The
+    sphere dragged across the pressed slab (frame 2 of dragged_sphere, from frame 1's state): at
+    the default tolerance its first round leaves new penetrations the second resolves; given
+    four times the tolerance, the rounds stop at the first."""
     model, centre = slab
     sphere = dragged_sphere(centre)
     outcomes = {}
     for tolerance in (None, 4.0 * DEFAULT_CONTACT_TOLERANCE):
-        simulator = FaceSimulator(model, SimulationSettings(), collisions=ColliderSet([sphere]))
+        simulator = FaceSimulator(model, SimulationSettings(contact_solver=contact_solver),
+                                  collisions=ColliderSet([sphere]))
         for _ in range(2):
             simulator.step(identity_activations(model))
         simulator.constraints.use_frame(np.eye(4), np.eye(4))
-        outcomes[tolerance] = simulator.contact_response.solve_newton(
-            simulator.objective, lambda x0, scale: simulator.solver.solve(x0, force_scale=scale),
-            simulator.positions, BonePose(np.eye(4), np.eye(4), 2), simulator.force_scale(
-                simulator.positions, np.eye(4), np.eye(4)), tolerance=tolerance)
+        response, pose = simulator.contact_response, BonePose(np.eye(4), np.eye(4), 2)
+        newton = lambda x0, scale: simulator.solver.solve(x0, force_scale=scale)  # noqa: E731
+        scale = simulator.force_scale(simulator.positions, np.eye(4), np.eye(4))
+        outcomes[tolerance] = (
+            response.solve_newton(simulator.objective, newton, simulator.positions, pose, scale, tolerance=tolerance)
+            if contact_solver == "newton" else
+            response.solve_ipopt(simulator.objective, simulator.constraints, newton, simulator.positions, pose, scale,
+                                 tolerance=simulator.settings.tolerance, contact_tolerance=tolerance))
     tight, loose = outcomes[None], outcomes[4.0 * DEFAULT_CONTACT_TOLERANCE]
     report = (f"default: {tight.rounds} rounds, {tight.iterations} it., deepest {tight.history[-1][1] * MM:.4f} mm; "
               f"4x: {loose.rounds} rounds, {loose.iterations} it., deepest {loose.history[-1][1] * MM:.4f} mm")

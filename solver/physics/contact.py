@@ -820,10 +820,15 @@ class ContactResponse:
 
     def solve_ipopt(self, objective, constraints, newton_solve: Callable, x_start: np.ndarray, pose: BonePose,
                     force_scale: float, tolerance: float, max_iterations: Optional[int] = None,
-                    detect_at: Optional[np.ndarray] = None, skin_offset: Optional[np.ndarray] = None) -> ContactOutcome:
+                    detect_at: Optional[np.ndarray] = None, skin_offset: Optional[np.ndarray] = None,
+                    contact_tolerance: Optional[float] = None) -> ContactOutcome:
         """The same alternation with IPOPT on the planes as linear inequalities (rounds with no
-        plane use `newton_solve(x0, force_scale)`, the unconstrained frame)."""
+        plane use `newton_solve(x0, force_scale)`, the unconstrained frame). `tolerance`: IPOPT's
+        and the Newton solves'; `contact_tolerance`: the depth and violation at which the rounds
+        stop (and IPOPT's constraint violation, a tenth of it), instead of the response's, as in
+        ``solve_newton``."""
         from .ipopt_solve import DEFAULT_MAX_ITERATIONS, skin_plane_inequalities, solve_with_ipopt
+        limit = self.tolerance if contact_tolerance is None else contact_tolerance
         planes = self._fixed(*self.detect(x_start if detect_at is None else detect_at, pose))
         x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(4, np.int64), []
         converged, depth, violation, rounds, contacts, history = False, 0.0, 0.0, 0, 0, []
@@ -834,7 +839,7 @@ class ContactResponse:
                     objective, constraints, x, inequalities, tolerance=tolerance,
                     max_iterations=max_iterations or DEFAULT_MAX_ITERATIONS,
                     force_scale=max(force_scale, self._contact_force_scale(planes, np.zeros(0))),
-                    options={"constr_viol_tol": 0.1 * self.tolerance})
+                    options={"constr_viol_tol": 0.1 * limit})
                 totals[0] += result.iterations
             else:
                 result = newton_solve(x, force_scale)
@@ -849,7 +854,7 @@ class ContactResponse:
             contacts = int(touching.sum())
             detected = self._fixed(*self.detect(x, pose))
             depth = float(detected.depth.max(initial=0.0))
-            converged = result.converged and max(violation, depth) <= self.tolerance
+            converged = result.converged and max(violation, depth) <= limit
             history.append((planes.count, depth, violation, 0.0))
             if not result.converged:
                 reasons.append(f"round {rounds}: {result.reason}")
@@ -860,7 +865,7 @@ class ContactResponse:
                 break
         if not converged and not reasons:
             reasons.append(f"contacts unresolved after {rounds} rounds: penetration {depth * 1e3:.4f} mm, "
-                           f"plane violation {violation * 1e3:.4f} mm > tolerance {self.tolerance * 1e3:.4f} mm")
+                           f"plane violation {violation * 1e3:.4f} mm > tolerance {limit * 1e3:.4f} mm")
         return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
                               factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
                               contacts=contacts, violation_max=violation, history=history,

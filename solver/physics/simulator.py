@@ -517,7 +517,7 @@ class FaceSimulator:
     def _solve_with_contacts(self, previous, skull, jaw_transform, pose, force_scale, budget=None, tolerance=None):
         """One time step alternating solve and detection (contact.ContactResponse); detection
         starts from the previous positions moved onto this step's bone constraints. With a
-        `tolerance` (a load step before the last) the Newton solves use it and the Newton-path
+        `tolerance` (a load step before the last) the solves (Newton or IPOPT) use it and the
         rounds stop at INTERMEDIATE_CONTACT_DEPTH (or the contact tolerance, if larger)."""
         def newton(x0, scale):
             # Contact rounds take inexact steps too: CG is preconditioned by the kept factor
@@ -532,12 +532,13 @@ class FaceSimulator:
         constraints.use_frame(skull, jaw_transform)
         moved = constraints.x_from_q(constraints.q_from_x(previous))
         offset = self._skin_offset
-        if self.settings.contact_solver == "ipopt":
-            return self.contact_response.solve_ipopt(self.objective, constraints, newton, previous, pose, force_scale,
-                                                     tolerance=self.settings.tolerance, detect_at=moved,
-                                                     skin_offset=offset)
         contact_tolerance = None if tolerance is None else \
             max(INTERMEDIATE_CONTACT_DEPTH, self.settings.contact_tolerance)
+        if self.settings.contact_solver == "ipopt":
+            return self.contact_response.solve_ipopt(
+                self.objective, constraints, newton, previous, pose, force_scale,
+                tolerance=self.settings.tolerance if tolerance is None else tolerance, detect_at=moved,
+                skin_offset=offset, contact_tolerance=contact_tolerance)
         return self.contact_response.solve_newton(self.objective, newton, previous, pose, force_scale,
                                                   detect_at=moved, skin_offset=offset, iteration_budget=budget,
                                                   tolerance=contact_tolerance)
