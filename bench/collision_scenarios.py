@@ -409,9 +409,10 @@ def lip_section_panels(model, scene: CollisionScene, run: LipRun) -> list:
     for frame in frames:
         pose, tissue = run.poses[frame], run.tissue[frame]
         in_mouth = behind_teeth(scene, tissue, pose, axes, lips, rest_in_mouth, "rear")
-        deepest = in_mouth if in_mouth.max() > ACCEPTED_DEPTH else \
-            behind_teeth(scene, run.plain[frame], pose, axes, lips, rest_in_mouth, "rear")
-        cut_on = tissue if deepest is in_mouth else run.plain[frame]
+        cut_skin, depth = tissue, in_mouth
+        if in_mouth.max() <= ACCEPTED_DEPTH:
+            cut_skin = run.plain[frame]
+            depth = behind_teeth(scene, cut_skin, pose, axes, lips, rest_in_mouth, "rear")
         weights = textwrap.fill(", ".join(f"{name} {weight:.1f}" for name, weight
                                           in zip(run.names, run.weights[frame]) if weight), 46)
         panels.append(LipSectionPanel(
@@ -419,7 +420,7 @@ def lip_section_panels(model, scene: CollisionScene, run: LipRun) -> list:
                   f"up to {max(in_mouth.max(), 0.0) * MM:.2f} mm",
             pose=pose, skins=[("rest", rest, (0.6, 0.6, 0.6)), ("plain blendshapes", run.plain[frame], (0.1, 0.55, 0.1)),
                               ("simulated: the tissue's own skin", tissue, (0.85, 0.1, 0.05))],
-            cut_point=cut_on[lips[int(np.argmax(deepest))]], marked=lips[in_mouth > ACCEPTED_DEPTH],
+            cut_point=cut_skin[lips[int(np.argmax(depth))]], marked=lips[in_mouth > ACCEPTED_DEPTH],
             marked_label=f"lip vertices over {ACCEPTED_DEPTH * MM} mm in the mouth"))
     return panels
 
@@ -749,8 +750,9 @@ def main(argv=None):
           f"(largest inward component {worst:.3f})")
     if args.save_run:
         np.savez(args.save_run, plain=run.plain, simulated=run.simulated, detail=run.detail,
-                 positions=np.stack(run.positions), tissue=np.stack(run.tissue), names=np.array(run.names), weights=run.weights,
-                 skull=np.stack([p.skull for p in run.poses]), jaw=np.stack([p.jaw for p in run.poses]))
+                 positions=np.stack(run.positions), tissue=np.stack(run.tissue), names=np.array(run.names),
+                 weights=run.weights, skull=np.stack([p.skull for p in run.poses]),
+                 jaw=np.stack([p.jaw for p in run.poses]))
     if args.picture:
         from solver.pictures.contact_frames import picture_contact_frames
         frame = int(np.argmax([f.plain_count for f in run.frames]))

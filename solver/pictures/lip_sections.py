@@ -2,11 +2,12 @@
 
 Where a lip ends relative to the teeth is hard to judge from a rendered face: the place that
 matters is inside the mouth. Each panel cuts one frame along a sagittal plane (normal = the
-subject's left) through a chosen point — the lip vertex furthest in the mouth, or the mouth
-centre — and draws, in millimetres from that point, face to the left as in the side view:
+subject's left) through a chosen point (bench/collision_scenarios.py takes the lip vertex
+furthest in the mouth) and draws, in millimetres from that point, face to the left as in the
+side view:
 
-- the posed teeth proxies, their labial projection region (where a penetrating lip may be
-  pushed) green and the mouth side grey;
+- the posed teeth proxies filled, their labial projection region (where a penetrating lip may
+  be pushed) outlined green, the rest (the mouth and gum sides) grey;
 - the skin's cut lines: at rest, the plain blendshapes, and the simulated skin (the tissue's
   own embedded skin, or whatever the caller passes);
 - the marked lip vertices within ``MARK_SLAB_M`` of the plane, drawn where the last skin puts
@@ -95,7 +96,7 @@ def _draw_panel(plot, panel: LipSectionPanel, scene, axes: HeadAxes, triangles: 
         plot.add_collection(PolyCollection([in_plane_mm(loop) for loop in outlines], facecolors=[TEETH_COLOUR],
                                            edgecolors="none"))
         cut_lines(vertices, proxy_triangles[~collider.proxy.in_region], TEETH_LINE_COLOUR,
-                  "teeth proxy: mouth side", 1.6)
+                  "teeth proxy: mouth and gum side", 1.6)
         cut_lines(vertices, proxy_triangles[collider.proxy.in_region], REGION_COLOUR,
                   "teeth proxy: labial projection region", 2.2)
     for label, skin, colour in panel.skins:
