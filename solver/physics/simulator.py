@@ -48,7 +48,7 @@ MIN_FORCE_SCALE = 1e-6
 # A quasi-static load step before a frame's last is solved to this force residual (relative, as
 # SimulationSettings.tolerance).
 INTERMEDIATE_LOAD_STEP_TOLERANCE = 1e-3
-# ... and its contact rounds (Newton path) stop once nothing is deeper than this (m). Such a step
+# ... and its contact rounds (Newton and IPOPT paths) stop once nothing is deeper than this (m). Such a step
 # is the continuation's predictor; the frame's last step enforces the contact tolerance. Where a
 # vertex left inside goes is decided by its projection region (teeth: only labially), not by its
 # depth, so the cap only bounds how far the next step has to push back. On ICT's lip animation
