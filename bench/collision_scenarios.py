@@ -418,7 +418,8 @@ def lip_section_panels(model, scene: CollisionScene, run: LipRun) -> list:
         panels.append(LipSectionPanel(
             title=f"frame {frame}: {weights}\n{int((in_mouth > ACCEPTED_DEPTH).sum())} lip vertices in the mouth, "
                   f"up to {max(in_mouth.max(), 0.0) * MM:.2f} mm",
-            pose=pose, skins=[("rest", rest, (0.6, 0.6, 0.6)), ("plain blendshapes", run.plain[frame], (0.1, 0.55, 0.1)),
+            pose=pose, skins=[("rest", rest, (0.6, 0.6, 0.6)),
+                              ("plain blendshapes", run.plain[frame], (0.1, 0.55, 0.1)),
                               ("simulated: the tissue's own skin", tissue, (0.85, 0.1, 0.05))],
             cut_point=cut_skin[lips[int(np.argmax(depth))]], marked=lips[in_mouth > ACCEPTED_DEPTH],
             marked_label=f"lip vertices over {ACCEPTED_DEPTH * MM} mm in the mouth"))
