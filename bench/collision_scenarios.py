@@ -44,6 +44,7 @@ if str(REPOSITORY) not in sys.path:
 
 from solver.collisions import BonePose, CollisionScene  # noqa: E402
 from solver.collisions.sdf import SphereCollider  # noqa: E402
+from solver.collisions.teeth_shadow import forward_spans, head_axes  # noqa: E402
 from solver.geometry import triangle_normals_areas  # noqa: E402
 from solver.inverse.blend import blend  # noqa: E402
 from solver.model_builder.tetmesh import signed_volumes  # noqa: E402
@@ -114,47 +115,15 @@ def plain_blend(model, deltas: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- lips behind teeth
 
-def _head_axes(model):
-    axes = np.asarray(model["head_frame"], dtype=np.float64)
-    return axes / np.linalg.norm(axes, axis=1, keepdims=True)
-
-
 def teeth_spans(scene: CollisionScene, pose: BonePose, points: np.ndarray, axes: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(front, rear), each (proxies, P): per teeth proxy, the forward coordinate (head frame, m)
     where the line through each point along the head's forward axis enters the proxy (its
     labial side) and where it leaves it (its mouth side); NaN where the line misses it."""
-    forward = axes[2]
-    plane = points @ axes[:2].T                                   # (P,2) sideways, up
-    proxies = list(scene.posed_proxies(pose).values())
-    front = np.full((len(proxies), len(points)), -np.inf)
-    rear = np.full((len(proxies), len(points)), np.inf)
-    for row, (vertices, triangles) in enumerate(proxies):
-        corners = vertices[triangles]                             # (t,3,3)
-        flat = corners @ axes[:2].T                               # (t,3,2)
-        depth = corners @ forward                                 # (t,3)
-        lower, upper = flat.min(1), flat.max(1)
-        for start in range(0, len(points), 256):
-            chunk = plane[start:start + 256]
-            near = ((chunk[:, None] >= lower[None] - 1e-12) & (chunk[:, None] <= upper[None] + 1e-12)).all(2)
-            rows, tris = np.nonzero(near)
-            if not len(rows):
-                continue
-            a, b, c = flat[tris, 0], flat[tris, 1], flat[tris, 2]
-            p = chunk[rows]
-            area = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0])
-            ok = np.abs(area) > 1e-16
-            area = np.where(ok, area, 1.0)
-            wa = ((b[:, 0] - p[:, 0]) * (c[:, 1] - p[:, 1]) - (b[:, 1] - p[:, 1]) * (c[:, 0] - p[:, 0])) / area
-            wb = ((c[:, 0] - p[:, 0]) * (a[:, 1] - p[:, 1]) - (c[:, 1] - p[:, 1]) * (a[:, 0] - p[:, 0])) / area
-            wc = 1.0 - wa - wb
-            hit = ok & (wa >= 0) & (wb >= 0) & (wc >= 0)
-            z = wa * depth[tris, 0] + wb * depth[tris, 1] + wc * depth[tris, 2]
-            np.maximum.at(front[row], start + rows[hit], z[hit])
-            np.minimum.at(rear[row], start + rows[hit], z[hit])
-    missed = ~np.isfinite(front)
-    front[missed], rear[missed] = np.nan, np.nan
-    return front, rear
+    spans = [forward_spans(vertices, triangles, points, axes)
+             for vertices, triangles in scene.posed_proxies(pose).values()]
+    return (np.array([front for front, _ in spans]).reshape(len(spans), len(points)),
+            np.array([rear for _, rear in spans]).reshape(len(spans), len(points)))
 
 
 def lip_vertices(scene: CollisionScene) -> np.ndarray:
@@ -234,7 +203,7 @@ def inward_teeth_planes(recording: RecordingScene, model) -> tuple[int, int, flo
     inverse transform), as teeth.labial_region defines the region: inward = the normal's part
     across the head's up axis points towards the arch centre (the rest proxy's bounding-box
     centre) instead of away from it."""
-    up = _head_axes(model)[1]
+    up = head_axes(model)[1]
     teeth = {collider.name: collider for collider in recording.scene.teeth}
     total, inward, worst = 0, 0, 0.0
     for frame, vertex, point, normal, collider, pose in recording.teeth_planes:
@@ -330,7 +299,7 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
     poses = bone_poses(model, activations.jaw)
     order = [fit_names.index(name) for name in used]
     plain = plain_blend(model, deltas_of(used), weights[:, order])
-    axes = _head_axes(model)
+    axes = head_axes(model)
     lips = labial_lip_vertices(scene, model, axes)
     rest_behind = rest_behind_teeth(scene, model, axes, lips)
     rest_in_mouth = rest_behind_teeth(scene, model, axes, lips, "rear")
@@ -396,28 +365,30 @@ def describe_lip_frame(frame: int, record: LipFrame) -> str:
 def lip_section_panels(model, scene: CollisionScene, run: LipRun) -> list:
     """Sections (solver.pictures.lip_sections) of the frames where the tissue's own skin has lip
     vertices more than ACCEPTED_DEPTH in the mouth, each cut through the deepest of them; when no
-    frame has any, the frame whose plain blend goes furthest into the mouth, cut there."""
+    frame has any, of the frames whose plain blend has, each cut through the plain blend's
+    deepest (or, when neither has any, the frame whose plain blend goes furthest in)."""
     from solver.pictures.lip_sections import LipSectionPanel
-    axes = _head_axes(model)
+    axes = head_axes(model)
     lips = labial_lip_vertices(scene, model, axes)
     rest_in_mouth = rest_behind_teeth(scene, model, axes, lips, "rear")
     rest = np.asarray(model["skin_vertices"], dtype=np.float64)
-    frames = [frame for frame, record in enumerate(run.frames) if record.in_mouth_tissue_vertices]
-    if not frames:
-        frames = [int(np.argmax([record.in_mouth_plain for record in run.frames]))]
+    frames = ([frame for frame, record in enumerate(run.frames) if record.in_mouth_tissue_vertices]
+              or [frame for frame, record in enumerate(run.frames) if record.in_mouth_plain > ACCEPTED_DEPTH]
+              or [int(np.argmax([record.in_mouth_plain for record in run.frames]))])
     panels = []
     for frame in frames:
         pose, tissue = run.poses[frame], run.tissue[frame]
         in_mouth = behind_teeth(scene, tissue, pose, axes, lips, rest_in_mouth, "rear")
-        cut_skin, depth = tissue, in_mouth
+        cut_skin, depth, cut_on = tissue, in_mouth, ""
         if in_mouth.max() <= ACCEPTED_DEPTH:
             cut_skin = run.plain[frame]
             depth = behind_teeth(scene, cut_skin, pose, axes, lips, rest_in_mouth, "rear")
+            cut_on = f"\n(cut through the plain blend's deepest: {max(depth.max(), 0.0) * MM:.2f} mm)"
         weights = textwrap.fill(", ".join(f"{name} {weight:.1f}" for name, weight
                                           in zip(run.names, run.weights[frame]) if weight), 46)
         panels.append(LipSectionPanel(
             title=f"frame {frame}: {weights}\n{int((in_mouth > ACCEPTED_DEPTH).sum())} lip vertices in the mouth, "
-                  f"up to {max(in_mouth.max(), 0.0) * MM:.2f} mm",
+                  f"up to {max(in_mouth.max(), 0.0) * MM:.2f} mm{cut_on}",
             pose=pose, skins=[("rest", rest, (0.6, 0.6, 0.6)),
                               ("plain blendshapes", run.plain[frame], (0.1, 0.55, 0.1)),
                               ("simulated: the tissue's own skin", tissue, (0.85, 0.1, 0.05))],
@@ -491,7 +462,7 @@ def headset_shell(model, frames: int = 5, press: float = 2.0e-3, clearance: floa
     contact in the last frame (and stays)."""
     from scipy.ndimage import gaussian_filter
 
-    axes = _head_axes(model)
+    axes = head_axes(model)
     origin = np.asarray(model["head_origin"], dtype=np.float64)
     landmarks = {str(n): np.asarray(p) for n, p in zip(model["landmark_names"], model["landmark_positions"])}
     local = (np.asarray(model["skin_vertices"]) - origin) @ axes.T

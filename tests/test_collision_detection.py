@@ -14,6 +14,8 @@ from solver.collisions.detection import (SurfaceQuery, closed_penetrations, insi
 from solver.collisions.lips import barycentric_weights
 from solver.collisions.lips import find_lip_surfaces, lip_vertices_from_groups
 from solver.collisions.teeth import TeethCollider, TeethProxy, landmark_arch_proxy, teeth_proxies
+from solver.collisions.teeth_shadow import (EDGE_CLEARANCE, TeethShadow, cross_section_profile, forward_spans,
+                                           interval_bounds)
 from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree, icosphere, vertex_normals
 
 IDENTITY = BonePose(skull=np.eye(4), jaw=np.eye(4), frame=0)
@@ -276,7 +278,8 @@ def demo_scene(small_demo_model):
 
 def test_neutral_demo_face_has_no_contacts_and_the_lips_do_not_overlap_at_rest(small_demo_model, demo_scene):
     skin = small_demo_model["skin_vertices"]
-    assert demo_scene.names == ["upper_teeth", "lower_teeth", "upper_lip", "lower_lip"]
+    assert demo_scene.names == ["upper_teeth", "lower_teeth", "upper_teeth_shadow", "lower_teeth_shadow", "upper_lip",
+                                "lower_lip"]
     assert demo_scene.detect(skin, IDENTITY).count == 0
     raw = CollisionScene(small_demo_model, teeth=False, rest_allowance=False)
     assert raw.detect(skin, IDENTITY).count == 0
@@ -347,9 +350,10 @@ def test_lower_lip_moved_up_through_the_upper_lip_is_detected(small_demo_model, 
     assert measure.per_collider["upper_lip"] == len(np.unique(contacts.vertex[through_upper]))
 
 
-def box_teeth(region_faces=("front", "bottom")):
-    """A 20 × 10 × 5 mm box as a lower-teeth proxy (x sideways, y up, z forward): its labial
-    region is the front face (z = 5 mm), its biting edge the bottom face (y = 0)."""
+def box_teeth(region_faces=("front", "bottom"), bone="jaw"):
+    """A 20 × 10 × 5 mm box as a teeth proxy (x sideways, y up, z forward; lower teeth unless
+    `bone` is "skull"): its labial region is the front face (z = 5 mm), its biting edge the
+    bottom face (y = 0)."""
     corners = np.array([[x, y, z] for x in (-0.01, 0.01) for y in (0.0, 0.01) for z in (0.0, 0.005)])
     quads = {"back": (0, 2, 6, 4), "front": (1, 5, 7, 3), "bottom": (0, 4, 5, 1), "top": (2, 3, 7, 6),
              "left": (0, 1, 3, 2), "right": (4, 6, 7, 5)}
@@ -358,8 +362,8 @@ def box_teeth(region_faces=("front", "bottom")):
         if name in region_faces:
             region += [len(triangles), len(triangles) + 1]
         triangles += [(a, b, c), (a, c, d)]
-    proxy = TeethProxy(name="lower_teeth", vertices=corners, triangles=np.array(triangles), region=np.array(region),
-                       bone="jaw", source="test box")
+    proxy = TeethProxy(name="lower_teeth" if bone == "jaw" else "upper_teeth", vertices=corners,
+                       triangles=np.array(triangles), region=np.array(region), bone=bone, source="test box")
     assert proxy.volume.is_closed and signed_volume(proxy.vertices, proxy.triangles) > 0
     return TeethCollider(proxy)
 
@@ -385,6 +389,82 @@ def test_a_vertex_that_went_through_the_teeth_gets_a_plane_on_the_side_it_came_f
     moved = teeth.crossings(still, IDENTITY, still, BonePose(skull=np.eye(4), jaw=thrust, frame=1), collider_index=1)
     assert moved.vertex.tolist() == [0]
     assert np.allclose(moved.point, [[0.0, 5 * mm, 17 * mm]]) and moved.depth == pytest.approx([10 * mm])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_forward_spans_and_cross_section_profiles_match_brute_force_on_a_convex_solid(seed):
+    """teeth_shadow.forward_spans (where a line along the forward axis enters and leaves a
+    closed mesh), cross_section_profile (the extremes of a mesh's cross-section at each
+    sideways sample) and interval_bounds (their bound over each interval between samples)
+    against the half-spaces of a random convex hull in a random frame: the line's interval
+    inside every half-space, and a linear programme per sample and at points in between."""
+    from scipy.optimize import linprog
+    from scipy.spatial import ConvexHull
+    rng = np.random.default_rng(seed)
+    hull = ConvexHull(rng.normal(size=(40, 3)) * [0.01, 0.005, 0.004])
+    vertices, triangles = hull.points, hull.simplices
+    axes = np.linalg.qr(rng.normal(size=(3, 3)))[0].T                   # rows right, up, forward
+    points = rng.uniform(-0.012, 0.012, size=(300, 3))
+    front, rear = forward_spans(vertices, triangles, points, axes)
+    normals, offsets = hull.equations[:, :3], hull.equations[:, 3]      # n·x + d ≤ 0 inside
+    towards = normals @ axes[2]
+    room = -(points @ normals.T + offsets)          # (P, planes): n·(p + t f) + d ≤ 0 ⇔ t (n·f) ≤ room
+    upper = np.where(towards > 0, room / np.where(towards > 0, towards, 1), np.inf).min(axis=1)
+    lower = np.where(towards < 0, room / np.where(towards < 0, towards, 1), -np.inf).max(axis=1)
+    hit = lower < upper - 1e-9
+    miss = lower > upper + 1e-9
+    assert hit.sum() > 30 and miss.sum() > 30
+    along = points @ axes[2]
+    np.testing.assert_allclose(front[hit], along[hit] + upper[hit], atol=1e-9)
+    np.testing.assert_allclose(rear[hit], along[hit] + lower[hit], atol=1e-9)
+    assert np.isnan(front[miss]).all() and np.isnan(rear[miss]).all()
+    for along_axis, lowest in ((1, True), (1, False), (2, False)):
+        samples, extreme = cross_section_profile(vertices, triangles, axes, along_axis, lowest, spacing=1e-3)
+        bounds = interval_bounds(vertices, axes, along_axis, lowest, samples, extreme)
+        sign = 1.0 if lowest else -1.0
+
+        def exact(s):
+            best = linprog(sign * axes[along_axis], A_ub=normals, b_ub=-offsets, A_eq=axes[:1], b_eq=[s],
+                           bounds=[(None, None)] * 3)
+            assert best.status == 0
+            return sign * best.fun
+        for k in range(1, len(samples) - 2):
+            assert extreme[k] == pytest.approx(exact(samples[k]), abs=1e-9)
+            inside = [exact(s) for s in np.linspace(samples[k], samples[k + 1], 9)]
+            # The bound holds everywhere in the interval and is reached there (to the grid's resolution).
+            assert sign * (np.array(inside) - bounds[k]).min() >= -1e-9
+            assert abs(min(inside, key=lambda value: sign * value) - bounds[k]) < 2e-4
+
+
+def test_a_lip_vertex_in_the_shadow_of_the_upper_teeth_is_sent_under_their_edge():
+    """TeethShadow on a box of upper teeth (20 × 10 × 5 mm, bottom edge at y = 0; x sideways, y
+    up, z forward): a vertex behind the box at its height gets a plane pointing down, on the
+    edge less EDGE_CLEARANCE, as deep as it is above that; vertices in front, below the edge,
+    beside the box, or already behind it at rest get none. The shadow moves with the skull."""
+    mm = 1e-3
+    proxy = box_teeth(bone="skull").proxy
+    rest = np.array([[0.0, 5, 10], [0.0, 5, 10], [0.0, 5, 10], [15.0, 5, -5], [0.0, 5, -4]]) * mm
+    shadow = TeethShadow(proxy, np.eye(3), np.arange(5), rest)
+    assert shadow.name == "upper_teeth_shadow" and shadow.tested_vertices.tolist() == [0, 1, 2, 3]
+    assert shadow.detect(rest, IDENTITY, 2).count == 0
+    moved = np.array([[0.0, 4, -3],            # behind the teeth, 4 mm above their edge
+                      [0.0, -1, -3],           # behind, but under the edge
+                      [0.0, 4, 8],             # in front
+                      [15.0, 4, -3],           # beside the box
+                      [0.0, 6, -6]]) * mm      # behind at rest already
+    found = shadow.detect(moved, IDENTITY, 2)
+    assert found.vertex.tolist() == [0] and found.collider.tolist() == [2]
+    np.testing.assert_allclose(found.normal, [[0.0, -1.0, 0.0]])
+    np.testing.assert_allclose(found.point, [[0.0, -EDGE_CLEARANCE, -3 * mm]], atol=1e-12)
+    assert found.depth == pytest.approx([4 * mm + EDGE_CLEARANCE])
+    turn = np.eye(4)
+    turn[:3, :3] = np.linalg.qr(np.arange(1.0, 10.0).reshape(3, 3) + np.eye(3))[0]
+    turn[:3, :3] *= np.sign(np.linalg.det(turn[:3, :3]))
+    turn[:3, 3] = [0.01, -0.02, 0.03]
+    posed = shadow.detect(moved @ turn[:3, :3].T + turn[:3, 3], BonePose(skull=turn, jaw=np.eye(4)), 2)
+    assert posed.vertex.tolist() == [0] and posed.depth == pytest.approx(found.depth)
+    np.testing.assert_allclose(posed.normal, found.normal @ turn[:3, :3].T, atol=1e-12)
+    np.testing.assert_allclose(posed.point, found.point @ turn[:3, :3].T + turn[:3, 3], atol=1e-12)
 
 
 def test_teeth_move_with_their_bones(small_demo_model, demo_scene):

@@ -1,6 +1,7 @@
 """Everything the skin can collide with in one model, detected in one call.
 
-``CollisionScene`` owns the teeth proxies, the two lips and any external colliders (mesh
+``CollisionScene`` owns the teeth proxies, the shadows behind them (``teeth_shadow``: the mouth
+side of each row, where the lips may not go), the two lips and any external colliders (mesh
 props from ``mesh_collider``, analytic shapes from ``sdf``), in that order; a contact's
 ``collider`` indexes ``names``.
 
@@ -30,6 +31,7 @@ import numpy as np
 from .contacts import BonePose, Collider, ContactPlanes
 from .lips import LipSurfaceError, LipSurfaces, find_lip_surfaces, lip_colliders
 from .teeth import DEFAULT_PAD, DEFAULT_SPACING, TeethCollider, teeth_proxies
+from .teeth_shadow import TeethShadow, head_axes
 
 # Contacts of a vertex inside a collider at rest are reported only this far (metres) beyond its rest depth.
 REST_TOLERANCE = 1e-5
@@ -53,15 +55,17 @@ class CollisionScene:
     ``lip_vertices`` = (upper, lower) skin vertex indices overrides the automatic lip finder
     (e.g. the Blender vertex groups FP_lip_upper / FP_lip_lower). ``teeth_vertices``: the skin
     vertices tested against the teeth — "lips" (default: both lips, or every vertex when the
-    lips cannot be found), "all", or an index array.
+    lips cannot be found), "all", or an index array. ``teeth_shadow``: keep those vertices out
+    of the mouth behind each teeth row too (teeth_shadow.py; on by default with the teeth).
     """
 
     def __init__(self, model: dict, teeth: bool = True, lips: bool = True, colliders: Sequence[Collider] = (),
                  lip_vertices: Optional[tuple] = None, rest_allowance: bool = True,
                  teeth_pad: float = DEFAULT_PAD, teeth_spacing: float = DEFAULT_SPACING,
-                 teeth_vertices="lips"):
+                 teeth_vertices="lips", teeth_shadow: bool = True):
         self.skin_rest = np.ascontiguousarray(model["skin_vertices"], dtype=np.float64)
         self.teeth: list[TeethCollider] = []
+        self.shadows: list[TeethShadow] = []
         self.lips: Optional[LipSurfaces] = None
         self.teeth_vertices: Optional[np.ndarray] = None     # None: every skin vertex
         own: list = []
@@ -73,6 +77,11 @@ class CollisionScene:
             self.teeth = [TeethCollider(proxy, self.teeth_vertices)
                           for proxy in teeth_proxies(model, teeth_pad, teeth_spacing)]
             own += self.teeth
+            if teeth_shadow:
+                tested = (np.arange(len(self.skin_rest)) if self.teeth_vertices is None else self.teeth_vertices)
+                self.shadows = [TeethShadow(collider.proxy, head_axes(model), tested, self.skin_rest)
+                                for collider in self.teeth]
+                own += self.shadows
         own += lip_list
         self.colliders = own + list(colliders)
         self.names = [collider.name for collider in self.colliders]

@@ -58,7 +58,8 @@ def picture_lip_sections(model: dict, scene, panels: Sequence[LipSectionPanel], 
         raise ValueError("picture_lip_sections needs at least one panel")
     axes = HeadAxes.of(model)
     triangles = np.asarray(model["skin_triangles"], dtype=np.int64)
-    figure = Figure(figsize=(_PANEL_INCHES * len(panels), _PANEL_INCHES + 1.4), dpi=100, facecolor=BACKGROUND,
+    # At least two panels wide: the legend's three columns need it.
+    figure = Figure(figsize=(_PANEL_INCHES * max(len(panels), 2), _PANEL_INCHES + 1.4), dpi=100, facecolor=BACKGROUND,
                     layout="constrained")
     FigureCanvasAgg(figure)
     handles = {}
