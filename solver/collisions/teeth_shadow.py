@@ -23,15 +23,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .detection import apply_transform, rigid_inverse, rotate
 from .contacts import BonePose, ContactPlanes
+from .detection import apply_transform, rigid_inverse, rotate
 from .teeth import TeethProxy
 
 # Sideways spacing (m) of the samples of a row's biting-edge profile, and how far beyond the
 # edge the planes sit: twice the contact tolerance, so a vertex the rounds leave as deep as that
-# tolerance allows is still off the row's silhouette (at half of it a lower lip stayed 0.002 mm
-# inside the upper incisors' silhouette on ICT, which along the forward line is 2.2 mm behind
-# their tip).
+# tolerance allows is still off the row's silhouette. With half of it, and the edge interpolated
+# linearly between samples, one lower-lip vertex of ICT's lip animation stayed 0.002 mm inside
+# the upper incisors' silhouette: 2.2 mm behind their tip on its forward line.
 EDGE_SAMPLE_SPACING = 1e-4
 EDGE_CLEARANCE = 1e-4
 # Rays are tested against the row's triangles in chunks of this many points (memory ~ chunk × triangles).
