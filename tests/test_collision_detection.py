@@ -265,6 +265,10 @@ def test_landmark_arch_is_a_closed_proxy_behind_the_lips(small_demo_model):
         assert (vertices @ forward).max() < lips["upper_lip"] @ forward - 0.005
     scene = CollisionScene(model, lips=False)
     assert [c.proxy.source for c in scene.teeth] == ["landmark arch", "landmark arch"]
+    # The arches cast their shadows too, and the neutral face is clear of everything.
+    assert [shadow.name for shadow in scene.shadows] == ["upper_teeth_shadow", "lower_teeth_shadow"]
+    assert all(len(shadow.tested_vertices) for shadow in scene.shadows)
+    assert scene.detect(model["skin_vertices"], IDENTITY).count == 0
 
 
 # ---------------------------------------------------------------------------
