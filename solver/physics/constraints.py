@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 
 PINNED_DOFS, SLIDING_DOFS, FREE_DOFS = 0, 2, 3
 BONE_COUNT = 2          # bone labels: 0 skull, 1 jaw (docs/model-format.md)
@@ -246,6 +247,7 @@ class _HessianReduction:
         self.reduced_indices = reduced_row[column_major].astype(index_dtype)
         self.reduced_indptr = np.concatenate([[0], np.cumsum(np.bincount(reduced_col, minlength=size))]).astype(index_dtype)
         self.size = size
+        self._blocks: np.ndarray | None = None
 
     def matches(self, hessian: sp.csr_matrix) -> bool:
         if hessian.indptr is self.indptr and hessian.indices is self.indices:
@@ -253,13 +255,43 @@ class _HessianReduction:
         return np.array_equal(hessian.indptr, self.indptr) and np.array_equal(hessian.indices, self.indices)
 
     def reduce(self, hessian_data: np.ndarray, slide_basis: np.ndarray) -> sp.csc_matrix:
-        # bincount sums duplicate entries of a non-canonical H instead of dropping them.
-        blocks = np.bincount(self.entry_targets, weights=hessian_data[self.kept_entries],
-                             minlength=9 * self.block_count).reshape(-1, 3, 3)
-        padded_basis = np.zeros((len(slide_basis), 3, 3))
-        padded_basis[:, :, :2] = slide_basis        # the unused third column is never scattered
-        rows, cols = self.blocks_with_sliding_row, self.blocks_with_sliding_col
-        blocks[rows] = padded_basis[self.sliding_row_ids].transpose(0, 2, 1) @ blocks[rows]
-        blocks[cols] = blocks[cols] @ padded_basis[self.sliding_col_ids]
-        data = blocks.reshape(-1)[self.value_source]
-        return sp.csc_matrix((data, self.reduced_indices, self.reduced_indptr), shape=(self.size, self.size))
+        if self._blocks is None:
+            self._blocks = np.empty(9 * self.block_count)    # scratch, refilled every call
+        data = np.empty(len(self.value_source))
+        _reduce_into(np.ascontiguousarray(hessian_data, dtype=np.float64), self.kept_entries, self.entry_targets,
+                     self.blocks_with_sliding_row, self.sliding_row_ids, self.blocks_with_sliding_col,
+                     self.sliding_col_ids, np.ascontiguousarray(slide_basis, dtype=np.float64), self.value_source,
+                     self._blocks, data)
+        matrix = sp.csc_matrix((data, self.reduced_indices, self.reduced_indptr), shape=(self.size, self.size),
+                               copy=False)
+        return matrix
+
+
+@njit(cache=True)
+def _reduce_into(hessian_data, kept_entries, entry_targets, sliding_row_blocks, sliding_row_ids, sliding_col_blocks,
+                 sliding_col_ids, slide_basis, value_source, blocks, data):
+    """data = the reduced Hessian's values (``_HessianReduction``): H's kept entries summed into
+    3×3 node blocks (duplicates of a non-canonical H add up), the blocks of a sliding row node
+    turned by Bᵀ, of a sliding column node by B, and the valid entries gathered in CSC order.
+    Written out: the numpy version (bincount, batched matmuls, fancy indexing) took 19 ms a
+    call on ICT's 1.1 million entries, ~7 % of a frame."""
+    blocks[:] = 0.0
+    for k in range(len(kept_entries)):
+        blocks[entry_targets[k]] += hessian_data[kept_entries[k]]
+    turned = np.empty(9)
+    for k in range(len(sliding_row_blocks)):
+        start, basis = 9 * sliding_row_blocks[k], slide_basis[sliding_row_ids[k]]
+        for i in range(3):
+            for j in range(3):
+                turned[3 * i + j] = (basis[0, i] * blocks[start + j] + basis[1, i] * blocks[start + 3 + j]
+                                     + basis[2, i] * blocks[start + 6 + j]) if i < 2 else 0.0
+        blocks[start:start + 9] = turned
+    for k in range(len(sliding_col_blocks)):
+        start, basis = 9 * sliding_col_blocks[k], slide_basis[sliding_col_ids[k]]
+        for i in range(3):
+            for j in range(3):
+                turned[3 * i + j] = (blocks[start + 3 * i] * basis[0, j] + blocks[start + 3 * i + 1] * basis[1, j]
+                                     + blocks[start + 3 * i + 2] * basis[2, j]) if j < 2 else 0.0
+        blocks[start:start + 9] = turned
+    for k in range(len(value_source)):
+        data[k] = blocks[value_source[k]]
