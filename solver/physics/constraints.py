@@ -262,9 +262,8 @@ class _HessianReduction:
                      self.blocks_with_sliding_row, self.sliding_row_ids, self.blocks_with_sliding_col,
                      self.sliding_col_ids, np.ascontiguousarray(slide_basis, dtype=np.float64), self.value_source,
                      self._blocks, data)
-        matrix = sp.csc_matrix((data, self.reduced_indices, self.reduced_indptr), shape=(self.size, self.size),
-                               copy=False)
-        return matrix
+        return sp.csc_matrix((data, self.reduced_indices, self.reduced_indptr), shape=(self.size, self.size),
+                             copy=False)
 
 
 @njit(cache=True)
@@ -273,8 +272,8 @@ def _reduce_into(hessian_data, kept_entries, entry_targets, sliding_row_blocks, 
     """data = the reduced Hessian's values (``_HessianReduction``): H's kept entries summed into
     3×3 node blocks (duplicates of a non-canonical H add up), the blocks of a sliding row node
     turned by Bᵀ, of a sliding column node by B, and the valid entries gathered in CSC order.
-    Written out: the numpy version (bincount, batched matmuls, fancy indexing) took 19 ms a
-    call on ICT's 1.1 million entries, ~7 % of a frame."""
+    Written out: the numpy version (bincount, batched matmuls, fancy indexing) took 17.5 ms a
+    call on ICT's 1.1 million entries (this 4.9 ms), 6-7 % of a frame."""
     blocks[:] = 0.0
     for k in range(len(kept_entries)):
         blocks[entry_targets[k]] += hessian_data[kept_entries[k]]
