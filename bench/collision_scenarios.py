@@ -44,10 +44,11 @@ if str(REPOSITORY) not in sys.path:
 
 from solver.collisions import BonePose, CollisionScene  # noqa: E402
 from solver.collisions.sdf import SphereCollider  # noqa: E402
-from solver.collisions.teeth_shadow import forward_spans, head_axes  # noqa: E402
+from solver.collisions.teeth_shadow import forward_spans  # noqa: E402
 from solver.geometry import triangle_normals_areas  # noqa: E402
 from solver.inverse.blend import blend  # noqa: E402
 from solver.model_builder.tetmesh import signed_volumes  # noqa: E402
+from solver.model_file import model_head_axes  # noqa: E402
 from solver.physics.bones import bone_transforms  # noqa: E402
 from solver.physics.simulator import FaceSimulator, SimulationSettings  # noqa: E402
 
@@ -203,7 +204,7 @@ def inward_teeth_planes(recording: RecordingScene, model) -> tuple[int, int, flo
     inverse transform), as teeth.labial_region defines the region: inward = the normal's part
     across the head's up axis points towards the arch centre (the rest proxy's bounding-box
     centre) instead of away from it."""
-    up = head_axes(model)[1]
+    up = model_head_axes(model)[1]
     teeth = {collider.name: collider for collider in recording.scene.teeth}
     total, inward, worst = 0, 0, 0.0
     for frame, vertex, point, normal, collider, pose in recording.teeth_planes:
@@ -299,7 +300,7 @@ def run_lip_scenario(model, fit, deltas_of, schedule: dict, scene: CollisionScen
     poses = bone_poses(model, activations.jaw)
     order = [fit_names.index(name) for name in used]
     plain = plain_blend(model, deltas_of(used), weights[:, order])
-    axes = head_axes(model)
+    axes = model_head_axes(model)
     lips = labial_lip_vertices(scene, model, axes)
     rest_behind = rest_behind_teeth(scene, model, axes, lips)
     rest_in_mouth = rest_behind_teeth(scene, model, axes, lips, "rear")
@@ -368,7 +369,7 @@ def lip_section_panels(model, scene: CollisionScene, run: LipRun) -> list:
     frame has any, of the frames whose plain blend has, each cut through the plain blend's
     deepest (or, when neither has any, the frame whose plain blend goes furthest in)."""
     from solver.pictures.lip_sections import LipSectionPanel
-    axes = head_axes(model)
+    axes = model_head_axes(model)
     lips = labial_lip_vertices(scene, model, axes)
     rest_in_mouth = rest_behind_teeth(scene, model, axes, lips, "rear")
     rest = np.asarray(model["skin_vertices"], dtype=np.float64)
@@ -462,7 +463,7 @@ def headset_shell(model, frames: int = 5, press: float = 2.0e-3, clearance: floa
     contact in the last frame (and stays)."""
     from scipy.ndimage import gaussian_filter
 
-    axes = head_axes(model)
+    axes = model_head_axes(model)
     origin = np.asarray(model["head_origin"], dtype=np.float64)
     landmarks = {str(n): np.asarray(p) for n, p in zip(model["landmark_names"], model["landmark_positions"])}
     local = (np.asarray(model["skin_vertices"]) - origin) @ axes.T

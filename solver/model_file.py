@@ -116,6 +116,13 @@ def build_info(model: dict) -> dict:
     return json.loads(str(model["build_info"]))
 
 
+def model_head_axes(model: dict) -> np.ndarray:
+    """(3, 3) the head frame's rows left, up, forward (docs/model-format.md), each scaled to unit
+    length."""
+    axes = np.asarray(model["head_frame"], dtype=np.float64)
+    return axes / np.linalg.norm(axes, axis=1, keepdims=True)
+
+
 def model_landmarks(model: dict) -> dict:
     """{landmark name: world position (3,) float64} of a model."""
     positions = np.asarray(model["landmark_positions"], dtype=np.float64)

@@ -47,7 +47,7 @@ import numpy as np
 from ..geometry import triangle_normals_areas
 from ..model_builder.landmarks import HeadFrame, Landmarks
 from ..model_builder.mouth_cut import UPPER, find_mouth_slit
-from ..model_file import model_landmarks
+from ..model_file import model_head_axes, model_landmarks
 from .contacts import BonePose, ContactPlanes
 from .detection import SurfaceQuery, candidates_in_box, patch_hits
 
@@ -99,9 +99,7 @@ def _landmarks(model):
 
 
 def _frame(model):
-    axes = np.asarray(model["head_frame"], dtype=np.float64)
-    return HeadFrame(origin=np.asarray(model["head_origin"], dtype=np.float64),
-                     axes=axes / np.linalg.norm(axes, axis=1, keepdims=True))
+    return HeadFrame(origin=np.asarray(model["head_origin"], dtype=np.float64), axes=model_head_axes(model))
 
 
 def _face_scale(model, mouth_width):

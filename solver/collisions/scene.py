@@ -28,10 +28,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..model_file import model_head_axes
 from .contacts import BonePose, Collider, ContactPlanes
 from .lips import LipSurfaceError, LipSurfaces, find_lip_surfaces, lip_colliders
 from .teeth import DEFAULT_PAD, DEFAULT_SPACING, TeethCollider, teeth_proxies
-from .teeth_shadow import TeethShadow, head_axes
+from .teeth_shadow import TeethShadow
 
 # Contacts of a vertex inside a collider at rest are reported only this far (metres) beyond its rest depth.
 REST_TOLERANCE = 1e-5
@@ -79,7 +80,7 @@ class CollisionScene:
             own += self.teeth
             if teeth_shadow:
                 tested = (np.arange(len(self.skin_rest)) if self.teeth_vertices is None else self.teeth_vertices)
-                self.shadows = [TeethShadow(collider.proxy, head_axes(model), tested, self.skin_rest)
+                self.shadows = [TeethShadow(collider.proxy, model_head_axes(model), tested, self.skin_rest)
                                 for collider in self.teeth]
                 own += self.shadows
         own += lip_list

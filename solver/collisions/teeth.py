@@ -52,7 +52,7 @@ from scipy.sparse.csgraph import connected_components
 from ..geometry import ClosestPointTree, WindingNumberTree, triangle_normals_areas, vertex_normals
 from ..geometry.mesh_ops import first_ray_hits
 from ..model_builder.tetmesh import bcc_lattice
-from ..model_file import model_landmarks
+from ..model_file import model_head_axes, model_landmarks
 from .contacts import BonePose, ContactPlanes
 from .detection import (ClearanceGrid, SurfaceQuery, apply_transform, candidates_in_box, closed_penetrations,
                         inside_closed, rigid_inverse, rotate, transformed_box, unit_rows)
@@ -417,11 +417,6 @@ def _push_out_to_pad(vertices, triangles, distance_tree, winding_tree, pad):
     return moved
 
 
-def _head_axes(model):
-    axes = np.asarray(model["head_frame"], dtype=np.float64)
-    return axes[1] / np.linalg.norm(axes[1]), axes[2] / np.linalg.norm(axes[2])
-
-
 def labial_region(vertices, triangles, up, forward, toward_other_jaw):
     """Indices of the proxy triangles a penetrating lip may be pushed onto.
 
@@ -481,7 +476,7 @@ def teeth_proxies(model: dict, pad=DEFAULT_PAD, spacing=DEFAULT_SPACING) -> list
 
 
 def _build_teeth_proxies(model, pad, spacing):
-    up, forward = _head_axes(model)
+    _, up, forward = model_head_axes(model)
     proxies = []
     for name, bone, toward_other in (("upper_teeth", "skull", -up), ("lower_teeth", "jaw", up)):
         if f"{name}_vertices" in model and len(model[f"{name}_triangles"]):
@@ -515,8 +510,7 @@ def landmark_arch_proxy(model, upper: bool, spacing=DEFAULT_SPACING):
     (upper teeth) or down (lower) from the mouth centre's height. The solid is meshed like
     the teeth proxy.
     """
-    axes = np.asarray(model["head_frame"], dtype=np.float64)
-    axes = axes / np.linalg.norm(axes, axis=1, keepdims=True)
+    axes = model_head_axes(model)
     corner_l, corner_r = _landmark(model, "mouth_corner_L"), _landmark(model, "mouth_corner_R")
     mouth = 0.5 * (_landmark(model, "upper_lip") + _landmark(model, "lower_lip"))
     width = float(np.linalg.norm(corner_l - corner_r))

@@ -38,17 +38,12 @@ EDGE_CLEARANCE = 1e-4
 _RAY_CHUNK = 256
 
 
-def head_axes(model) -> np.ndarray:
-    """(3,3) the rows right, up, forward of the model's head frame, unit length."""
-    axes = np.asarray(model["head_frame"], dtype=np.float64)
-    return axes / np.linalg.norm(axes, axis=1, keepdims=True)
-
-
 def forward_spans(vertices: np.ndarray, triangles: np.ndarray, points: np.ndarray, axes: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """(front, rear), each (P,): where the line through each point along ``axes[2]`` (forward)
     enters the closed mesh (its largest forward coordinate on the line, m) and where it leaves
-    it (its smallest); NaN where the line misses the mesh. ``axes`` (3,3): right, up, forward."""
+    it (its smallest); NaN where the line misses the mesh. ``axes`` (3,3): the head frame's rows
+    (``model_file.model_head_axes``: left, up, forward)."""
     points = np.asarray(points, dtype=np.float64).reshape(-1, 3)
     forward = axes[2]
     plane = points @ axes[:2].T                                   # (P,2) sideways, up
@@ -83,7 +78,8 @@ def forward_spans(vertices: np.ndarray, triangles: np.ndarray, points: np.ndarra
 
 def cross_section_profile(vertices: np.ndarray, triangles: np.ndarray, axes: np.ndarray, along: int, lowest: bool,
                           spacing: float = EDGE_SAMPLE_SPACING) -> tuple[np.ndarray, np.ndarray]:
-    """(sideways samples (S,), extreme (S,)): for each sideways coordinate s (along ``axes[0]``),
+    """(sideways samples (S,), extreme (S,)): for each sideways coordinate s (along ``axes[0]``, the
+    head's left),
     the lowest (``lowest``) or highest coordinate along ``axes[along]`` of the mesh's
     cross-section at s: with ``along`` 1 (up) the bottom or top of its silhouette seen from the
     front, with 2 (forward) its frontmost point. Exact at the samples, where every triangle
@@ -131,7 +127,8 @@ def interval_bounds(vertices: np.ndarray, axes: np.ndarray, along: int, lowest: 
 class TeethShadow:
     """The shadow behind one teeth row (module docstring), as a Collider moving with its bone.
 
-    proxy: the row's TeethProxy; axes (3,3): the head frame's right, up, forward rows (rest);
+    proxy: the row's TeethProxy; axes (3,3): the head frame's rows left, up, forward (rest,
+    ``model_file.model_head_axes``);
     tested_vertices: the skin vertices that may not enter the shadow; rest_skin (V,3): the
     neutral skin, whose vertices already in the shadow are left alone.
     """
