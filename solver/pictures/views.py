@@ -475,7 +475,7 @@ def _tet_cut_polygons(positions: np.ndarray, tets: np.ndarray, signed_distance: 
 
 
 def triangle_cut_segments(vertices: np.ndarray, triangles: np.ndarray, normal: np.ndarray,
-                           origin: np.ndarray) -> np.ndarray:
+                          origin: np.ndarray) -> np.ndarray:
     """(S,2,3) the segments where a plane cuts a triangle mesh (same node rule as tets)."""
     triangles = np.asarray(triangles, dtype=np.int64).reshape(-1, 3)
     distance = ((vertices - origin) @ normal)[triangles]
