@@ -14,8 +14,8 @@ from solver.collisions.detection import (SurfaceQuery, closed_penetrations, insi
 from solver.collisions.lips import barycentric_weights
 from solver.collisions.lips import find_lip_surfaces, lip_vertices_from_groups
 from solver.collisions.teeth import TeethCollider, TeethProxy, landmark_arch_proxy, teeth_proxies
-from solver.collisions.teeth_shadow import (EDGE_CLEARANCE, TeethShadow, cross_section_profile, forward_spans,
-                                           interval_bounds)
+from solver.collisions.teeth_shadow import (EDGE_CLEARANCE, ForwardRays, TeethShadow, cross_section_profile,
+                                           forward_spans, interval_bounds)
 from solver.geometry import ClosestPointTree, TriangleBVH, WindingNumberTree, icosphere, vertex_normals
 
 IDENTITY = BonePose(skull=np.eye(4), jaw=np.eye(4), frame=0)
@@ -393,6 +393,28 @@ def test_a_vertex_that_went_through_the_teeth_gets_a_plane_on_the_side_it_came_f
     moved = teeth.crossings(still, IDENTITY, still, BonePose(skull=np.eye(4), jaw=thrust, frame=1), collider_index=1)
     assert moved.vertex.tolist() == [0]
     assert np.allclose(moved.point, [[0.0, 5 * mm, 17 * mm]]) and moved.depth == pytest.approx([10 * mm])
+
+
+def test_forward_rays_find_lines_through_corners_and_edges_in_whichever_cell_they_fall():
+    """teeth_shadow.ForwardRays bins the projected triangles in a grid: a line through a
+    triangle's corner or edge, on a cell's border or not, gets the span it gets with a single
+    cell holding every triangle (the brute force), for fine and coarse cells."""
+    from scipy.spatial import ConvexHull
+    rng = np.random.default_rng(5)
+    hull = ConvexHull(rng.normal(size=(60, 3)) * [0.012, 0.004, 0.003])
+    vertices, triangles = hull.points, hull.simplices
+    axes = np.linalg.qr(rng.normal(size=(3, 3)))[0].T
+    corners = vertices[triangles]
+    points = np.concatenate([vertices, 0.5 * (corners[:, 0] + corners[:, 1]), corners.mean(axis=1),
+                             rng.uniform(-0.015, 0.015, size=(200, 3))])
+    front, rear = ForwardRays(vertices, triangles, axes, cell=1.0).spans(points)
+    assert np.isfinite(front).sum() > len(vertices)
+    for cell in (2e-4, 1e-3, 3.7e-3):
+        grid = ForwardRays(vertices, triangles, axes, cell=cell)
+        assert len(grid.cell_start) - 1 == grid.shape.prod() > 1
+        cell_front, cell_rear = grid.spans(points)
+        np.testing.assert_array_equal(cell_front, front)
+        np.testing.assert_array_equal(cell_rear, rear)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
