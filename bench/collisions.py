@@ -12,6 +12,7 @@ the lips pressed, pucker with the jaw forward), blended through the fit, solved 
 without ``CollisionScene(model, teeth=True, lips=True)``.
 
     .venv/bin/python bench/collisions.py --model MODEL.npz --fit FIT.npz [--frames 7] [--inbetweens 3]
+        [--contact-region-rings 2]
 
 Prints tet and skin-vertex counts, ms per frame without and with collisions, contacts, rounds,
 and the overhead of collisions in percent (total frame time with / without − 1).
@@ -95,7 +96,8 @@ def report(plain, pressed):
               f"projected Hessian, {r0.factorisations} factorisations, {r0.krylov_iterations} CG, "
               f"{'converged' if r0.converged else 'NOT converged'}), {1e3 * t1:8.1f} ms with collisions "
               f"({r1.iterations} it, {r1.projected_steps} on the projected Hessian, {r1.factorisations} "
-              f"factorisations, {r1.krylov_iterations} CG, {r1.load_steps} load step(s), {r1.contacts} contacts, "
+              f"factorisations, {r1.krylov_iterations} CG, {r1.region_iterations} in the contact region, "
+              f"{r1.load_steps} load step(s), {r1.contacts} contacts, "
               f"{r1.collision_rounds} rounds, "
               f"depth {1e3 * r1.penetration_depth_max:.4f} mm, {r1.anchored_vertices} anchored, "
               f"{r1.projected_vertices} vertices moved by the display projection up to "
@@ -109,7 +111,8 @@ def report(plain, pressed):
     print(f"mean: {1e3 * without / frames:.1f} ms per frame without, {1e3 * with_ / frames:.1f} ms with collisions; "
           f"overhead {100 * (with_ / without - 1):+.0f} %; contacts {sum(r.contacts for _, r in pressed)}, "
           f"rounds {sum(r.collision_rounds for _, r in pressed)} over {frames} frames; Newton iterations "
-          f"{sum(r.iterations for _, r in plain)} without, {sum(r.iterations for _, r in pressed)} with; "
+          f"{sum(r.iterations for _, r in plain)} without, {sum(r.iterations for _, r in pressed)} with "
+          f"(and {sum(r.region_iterations for _, r in pressed)} in the contact region); "
           f"factorisations {sum(r.factorisations for _, r in plain)} without, "
           f"{sum(r.factorisations for _, r in pressed)} with")
 
@@ -123,8 +126,10 @@ def main():
     parser.add_argument("--fit", type=Path, help="FIT.npz of that model")
     parser.add_argument("--inbetweens", type=int, default=0,
                         help="the lip case: interpolated frames between consecutive scenario frames")
+    parser.add_argument("--contact-region-rings", type=int, default=SimulationSettings.contact_region_rings,
+                        help="tet rings of the contact region relaxed before each round (0: off)")
     args = parser.parse_args()
-    settings = SimulationSettings(contact_solver=args.contact_solver)
+    settings = SimulationSettings(contact_solver=args.contact_solver, contact_region_rings=args.contact_region_rings)
     if args.model or args.fit:
         if not (args.model and args.fit):
             raise SystemExit("--model and --fit go together")

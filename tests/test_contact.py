@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from block_models import bcc_block, block_model, tet_volumes
+from block_models import tet_volumes
 from solver.collisions.contacts import BonePose, ContactPlanes
 from solver.collisions.sdf import (BoxCollider, CapsuleCollider, SphereCollider, box_signed_distance,
                                    capsule_signed_distance, sphere_signed_distance)
@@ -483,15 +483,6 @@ def test_a_collider_out_of_reach_changes_nothing(small_demo_model):
 
 
 # ----------------------------------------------------------------------------- the slab: bulge, dynamics
-
-@pytest.fixture(scope="module")
-def slab():
-    nodes, tets = bcc_block((0.048, 0.008, 0.048), 0.004)
-    base = np.flatnonzero(nodes[:, 1] < nodes[:, 1].min() + 1e-9)
-    model = block_model(nodes, tets, pin_nodes=base)
-    top = model["skin_vertices"][:, 1].max()
-    return model, np.array([0.024, top, 0.024])
-
 
 _SLAB_SKIN = {}
 

@@ -261,6 +261,15 @@ class AugmentedLagrangianContact:
     def count(self) -> int:
         return self.planes.count
 
+    def on_embedding(self, embedding: SkinEmbedding, hessian_layout=None) -> "AugmentedLagrangianContact":
+        """The same planes, multipliers, stiffnesses and anchors on another embedding of the
+        same skin: a sub-mesh's (contact_region.Region.embedding), which must carry every
+        plane's vertex."""
+        if self.count and (embedding.vertex_tet[self.planes.vertex] < 0).any():
+            raise ValueError("the embedding does not carry every contact plane's vertex")
+        return AugmentedLagrangianContact(embedding, self.planes, self.multipliers, self.stiffness,
+                                          hessian_layout=hessian_layout, anchors=self.anchors)
+
     def _arguments(self, x):
         nodes = np.asarray(x, dtype=np.float64).reshape(-1, 3)
         if len(nodes) != self.embedding.node_count:
@@ -395,6 +404,7 @@ class ContactOutcome:
     bone_limited_max: float = 0.0   # m, how far the deepest such plane was moved out
     history: list = field(default_factory=list)   # per round: (planes, penetration m, violation m, slack m)
     projected_steps: int = 0        # Newton steps on the projected Hessian (newton.py), all rounds
+    region_iterations: int = 0      # Newton iterations of the contact region's relaxations (contact_region.py)
 
 
 def plane_keys(planes: ContactPlanes) -> np.ndarray:
@@ -754,7 +764,7 @@ class ContactResponse:
         planes, anchors = self.detect(x_start if detect_at is None else detect_at, pose)
         # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m), anchor (m).
         state = self._fresh_state(planes, anchors, warm=True)
-        x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(4, np.int64), []
+        x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(5, np.int64), []
         converged, depth, violation, rounds, history = False, 0.0, 0.0, 0, []
         try:
             for rounds in range(1, self.max_rounds + 1):
@@ -767,7 +777,7 @@ class ContactResponse:
                 result = solve(x, max(force_scale, self._contact_force_scale(planes, state[:, _MULTIPLIER])))
                 x = np.asarray(result.x, dtype=np.float64)
                 totals += (result.iterations, result.factorisations, result.krylov_iterations,
-                           result.projected_steps)
+                           result.projected_steps, result.region_iterations)
                 slack = violation = 0.0
                 if term is not None:
                     plane_violation = np.maximum(-term.gaps(x), 0.0)
@@ -813,7 +823,7 @@ class ContactResponse:
         return ContactOutcome(x=x, converged=converged, reason="; ".join(reasons), iterations=int(totals[0]),
                               factorisations=int(totals[1]), krylov_iterations=int(totals[2]), rounds=rounds,
                               contacts=int((multipliers > 0.0).sum()), violation_max=violation, history=history,
-                              projected_steps=int(totals[3]),
+                              projected_steps=int(totals[3]), region_iterations=int(totals[4]),
                               **self._finish(x, pose, skin_offset))
 
     # -------------------------------------------------------------- IPOPT path

@@ -542,6 +542,11 @@ class TetMaterial:
     def element_count(self) -> int:
         return len(self.passive_weight)
 
+    def restricted_to(self, elements: np.ndarray) -> "TetMaterial":
+        """The material of these tets only (a sub-mesh's, in this order)."""
+        return TetMaterial(passive_weight=self.passive_weight[elements], active_weight=self.active_weight[elements],
+                           activation=self.activation[elements], mu=self.mu[elements], lam=self.lam[elements])
+
     @classmethod
     def from_model(cls, model, mu=1.0, lam=3.0, stiffness_unit=STIFFNESS_UNIT_PA, activation=None):
         """Weights from a model (docs/model-format.md): a tet with any muscle is wholly active

@@ -145,6 +145,7 @@ class NewtonResult:
     out_of_iterations: bool = False  # stopped by max_iterations while still descending
     projected_steps: int = 0        # steps taken on the projected Hessian (the exact one was indefinite)
     stalled: bool = False           # stopped by max_steps_without_progress
+    region_iterations: int = 0      # set by the caller: the contact region's relaxation before this solve
 
 
 class CholmodLinearSolver:

@@ -37,6 +37,8 @@ from .contact import (CONTACT_STIFFNESS_FACTOR, DEFAULT_CONTACT_MARGIN, DEFAULT_
                       DEFAULT_MAX_CONTACT_ROUNDS, ContactResponse, SkinEmbedding, SkinOverBone,
                       SlidingNodes)
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
+from .contact_region import DEFAULT_REGION_RINGS, ContactRegion
+from .frame_objective import FrameObjective
 from .newton import MAX_FORCING, NewtonSolver
 
 STANDARD_GRAVITY = 9.81
@@ -79,6 +81,9 @@ class SimulationSettings:
     max_contact_rounds: int = DEFAULT_MAX_CONTACT_ROUNDS     # solve → detect rounds per time step
     contact_stiffness_factor: float = CONTACT_STIFFNESS_FACTOR   # AL κ over the local tissue stiffness
     contact_margin: float = DEFAULT_CONTACT_MARGIN    # m, predictive planes for vertices this near (0: off)
+    # Newton path: each contact round first relaxes the tissue within this many tet rings of its
+    # planes, the rest of the mesh held (contact_region.py; 0: off).
+    contact_region_rings: int = DEFAULT_REGION_RINGS
     # Quasi-static load-step cutback (step()): Newton iterations a frame may take resolving contacts
     # (Newton path) before it is solved again in two load steps (0: never, not even when it fails),
     # and how many times the steps may be halved. ICT's lip animation: the jump from the pressed
@@ -103,9 +108,9 @@ class SimulationSettings:
         if self.max_activation_change_per_load_step is not None and not self.max_activation_change_per_load_step > 0.0:
             raise ValueError("max_activation_change_per_load_step must be positive (or None: no load steps)")
         if not (self.contact_tolerance > 0.0 and self.max_contact_rounds >= 1 and self.contact_stiffness_factor > 0.0
-                and self.contact_margin >= 0.0):
+                and self.contact_margin >= 0.0 and self.contact_region_rings >= 0):
             raise ValueError("contact_tolerance and contact_stiffness_factor must be positive, max_contact_rounds ≥ 1, "
-                             "and contact_margin ≥ 0")
+                             "and contact_margin and contact_region_rings ≥ 0")
 
 
 @dataclass
@@ -118,6 +123,7 @@ class FrameResult:
     factorisations: int = 0             # Cholesky factorisations over the frame's substeps
     krylov_iterations: int = 0          # preconditioned CG iterations that stood in for them
     projected_steps: int = 0            # Newton steps on the projected Hessian (the exact one indefinite)
+    region_iterations: int = 0          # Newton iterations of the contact region's relaxations (contact_region.py)
     load_steps: int = 1                 # quasi-static: the parts the frame was solved in (step())
     penetration_depth_max: float = 0.0  # m, deepest skin vertex inside a collider at the end (0: no scene)
     contacts: int = 0                   # contact planes pushing at the end of the frame
@@ -150,80 +156,6 @@ def _interpolate_rigid(start: np.ndarray, end: np.ndarray, fraction: float) -> n
     return start @ np.real(scipy.linalg.expm(fraction * np.real(scipy.linalg.logm(relative))))
 
 
-class _FrameObjective:
-    """The frame's total energy as the Newton solver sees it: flat x, one fixed Hessian pattern."""
-
-    def __init__(self, elasticity: CorotatedElasticity, node_mass: np.ndarray):
-        self.elasticity = elasticity
-        self.lumped_mass = np.repeat(node_mass, 3)
-        self.material: Optional[TetMaterial] = None
-        self.constant_force = np.zeros(3 * elasticity.node_count)   # gravity + wind
-        self.inertia_target: Optional[np.ndarray] = None
-        self.time_step = 0.0
-        # The augmented-Lagrangian contact term of the current collision round (contact.py).
-        self.contact = None
-        # The exact Hessian: Newton then converges quadratically (7 iterations for gravity on the
-        # 30k-tet demo head, against 50+ with per-element PSD projection, which stalls into
-        # linear convergence near equilibrium); where it is indefinite beyond what a small
-        # diagonal shift mends, the solver takes that step on projected_hessian (newton.py).
-        self.project_hessian = False
-
-    def _inertia_weight(self):
-        return self.lumped_mass / self.time_step ** 2 if self.inertia_target is not None else None
-
-    def energy(self, x):
-        return self._add_other_terms(x, self.elasticity.energy(x, self.material), None)[0]
-
-    def gradient(self, x):
-        return self._add_other_terms(x, None, self.elasticity.gradient(x, self.material))[1]
-
-    def energy_and_gradient(self, x):
-        """Both in one pass over the tets (newton.py's line search)."""
-        return self._add_other_terms(x, *self.elasticity.energy_and_gradient(x, self.material))
-
-    def _add_other_terms(self, x, value, gradient):
-        """(value, gradient): the elastic ones given (None: not wanted) plus gravity and wind,
-        inertia and contact."""
-        weight = self._inertia_weight()
-        offset = x - self.inertia_target if weight is not None else None
-        if value is not None:
-            value = value - self.constant_force @ x
-            if weight is not None:
-                value += 0.5 * offset @ (weight * offset)
-            if self.contact is not None:
-                value += self.contact.energy(x)
-        if gradient is not None:
-            gradient = gradient - self.constant_force
-            if weight is not None:
-                gradient += weight * offset
-            if self.contact is not None:
-                gradient += self.contact.gradient(x)
-        return value, gradient
-
-    def hessian_low_rank(self, x):
-        """The contact planes' part of the Hessian, which switches on and off between Newton
-        iterations (newton.LowRankTerm); None without contacts."""
-        return self.contact.hessian_low_rank(x) if self.contact is not None else None
-
-    def hessian(self, x):
-        return self._hessian(x, self.project_hessian)
-
-    def projected_hessian(self, x):
-        """The Hessian with every tet's block projected to positive semi-definite (the inertia
-        and contact parts are already): Newton's stand-in where the exact one is indefinite."""
-        return self._hessian(x, True)
-
-    def _hessian(self, x, project: bool):
-        hessian = self.elasticity.hessian(x, self.material, project=project)
-        weight = self._inertia_weight()
-        if weight is not None:
-            hessian.data[self.elasticity.diagonal_entry_positions] += weight
-        if self.contact is not None:
-            # On the elasticity's own pattern: the reduced pattern, and CHOLMOD's analysis, hold.
-            self.contact.add_hessian_into(hessian.data, x)
-        return hessian
-
-
 @dataclass
 class _StepTotals:
     """Counts summed over a frame's steps (and abandoned attempts); the contact figures and bone
@@ -232,6 +164,7 @@ class _StepTotals:
     factorisations: int = 0
     krylov_iterations: int = 0
     projected_steps: int = 0
+    region_iterations: int = 0
     rounds: int = 0
     converged: bool = True
     reasons: list = field(default_factory=list)
@@ -239,7 +172,7 @@ class _StepTotals:
     last: object = None
     skull: np.ndarray = field(default_factory=lambda: np.eye(4))
     jaw: np.ndarray = field(default_factory=lambda: np.eye(4))
-    _SUMMED = ("iterations", "factorisations", "krylov_iterations", "projected_steps")
+    _SUMMED = ("iterations", "factorisations", "krylov_iterations", "projected_steps", "region_iterations")
 
     def add(self, result, skull, jaw_transform) -> None:
         """One solved step (a NewtonResult or ContactOutcome)."""
@@ -265,7 +198,7 @@ class _StepTotals:
         return FrameResult(positions=positions, converged=self.converged, iterations=self.iterations,
                            seconds=seconds, reason="; ".join(self.reasons), factorisations=self.factorisations,
                            krylov_iterations=self.krylov_iterations, projected_steps=self.projected_steps,
-                           load_steps=self.load_steps,
+                           region_iterations=self.region_iterations, load_steps=self.load_steps,
                            penetration_depth_max=getattr(last, "penetration_depth_max", 0.0),
                            contacts=getattr(last, "contacts", 0), collision_rounds=self.rounds,
                            anchored_vertices=getattr(last, "anchored_vertices", 0),
@@ -297,7 +230,7 @@ class FaceSimulator:
         multiplier = o.node_mass_multiplier if o.node_mass_multiplier is not None else np.ones(node_count)
         self.node_mass = np.asarray(model["node_mass"], dtype=np.float64) * multiplier
         self.constraints = BoneConstraints(model)
-        self.objective = _FrameObjective(self.elasticity, self.node_mass)
+        self.objective = FrameObjective(self.elasticity, self.node_mass)
         self.solver = NewtonSolver(self.objective, self.constraints, tolerance=s.tolerance,
                                    max_iterations=s.max_iterations)
         # Gravity points down in the rig's rest pose: the head frame's up axis at rest.
@@ -316,6 +249,10 @@ class FaceSimulator:
                 max_rounds=s.max_contact_rounds, stiffness_factor=s.contact_stiffness_factor,
                 hessian_layout=self.elasticity, margin=s.contact_margin,
                 skin_over_bone=SkinOverBone.from_model(model), sliding=SlidingNodes.from_constraints(self.constraints))
+        self.contact_region = None
+        if collisions is not None and s.contact_region_rings > 0:
+            self.contact_region = ContactRegion(model, self.elasticity, self.skin_embedding,
+                                                rings=s.contact_region_rings)
         self.return_to_rest()
 
     def _node_stiffness(self) -> np.ndarray:
@@ -525,8 +462,20 @@ class FaceSimulator:
             # Solved exactly instead, ICT's 7-frame lip animation at tolerance 1e-5 took 1,188
             # Newton iterations and 2,293 factorisations (frame 5 unconverged after 20 rounds);
             # with the modified factor 336 iterations, 297 factorisations, every frame converged.
-            return self.solver.solve(x0, skull_transform=skull, jaw_transform=jaw_transform, force_scale=scale,
-                                     max_forcing=MAX_FORCING, tolerance=tolerance)
+            relaxation = None
+            contact = self.objective.contact
+            if self.contact_region is not None and contact is not None and contact.count:
+                constraints.use_frame(skull, jaw_transform)
+                relaxation = self.contact_region.relax(
+                    self.objective, constraints.x_from_q(constraints.q_from_x(x0)), skull, jaw_transform,
+                    force_scale=scale, tolerance=self.settings.tolerance if tolerance is None else tolerance,
+                    max_iterations=self.settings.max_iterations)
+                x0 = relaxation.x
+            result = self.solver.solve(x0, skull_transform=skull, jaw_transform=jaw_transform, force_scale=scale,
+                                       max_forcing=MAX_FORCING, tolerance=tolerance)
+            if relaxation is not None:
+                result.region_iterations = relaxation.result.iterations
+            return result
 
         constraints = self.constraints
         constraints.use_frame(skull, jaw_transform)

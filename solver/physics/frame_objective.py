@@ -1,0 +1,105 @@
+"""The energy one time step minimises, as the Newton solver sees it (simulator.py's docstring
+has the terms): the tissue (corotated.py) plus gravity and wind as a constant force, the
+backward-Euler inertia of a dynamic step, and the contact round's augmented-Lagrangian term
+(contact.py), on flat node-major x with one fixed Hessian pattern.
+
+``restricted`` gives the same energy on a sub-mesh with the rest of the nodes held, for the
+contact region's relaxation (contact_region.py)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .corotated import CorotatedElasticity, TetMaterial
+
+
+class FrameObjective:
+    """The frame's total energy as the Newton solver sees it: flat x, one fixed Hessian pattern."""
+
+    def __init__(self, elasticity: CorotatedElasticity, node_mass: np.ndarray):
+        self.elasticity = elasticity
+        self.lumped_mass = np.repeat(node_mass, 3)
+        self.material: Optional[TetMaterial] = None
+        self.constant_force = np.zeros(3 * elasticity.node_count)   # gravity + wind
+        self.inertia_target: Optional[np.ndarray] = None
+        self.time_step = 0.0
+        # The augmented-Lagrangian contact term of the current collision round (contact.py).
+        self.contact = None
+        # The exact Hessian: Newton then converges quadratically (7 iterations for gravity on the
+        # 30k-tet demo head, against 50+ with per-element PSD projection, which stalls into
+        # linear convergence near equilibrium); where it is indefinite beyond what a small
+        # diagonal shift mends, the solver takes that step on projected_hessian (newton.py).
+        self.project_hessian = False
+
+    def _inertia_weight(self):
+        return self.lumped_mass / self.time_step ** 2 if self.inertia_target is not None else None
+
+    def energy(self, x):
+        return self._add_other_terms(x, self.elasticity.energy(x, self.material), None)[0]
+
+    def gradient(self, x):
+        return self._add_other_terms(x, None, self.elasticity.gradient(x, self.material))[1]
+
+    def energy_and_gradient(self, x):
+        """Both in one pass over the tets (newton.py's line search)."""
+        return self._add_other_terms(x, *self.elasticity.energy_and_gradient(x, self.material))
+
+    def _add_other_terms(self, x, value, gradient):
+        """(value, gradient): the elastic ones given (None: not wanted) plus gravity and wind,
+        inertia and contact."""
+        weight = self._inertia_weight()
+        offset = x - self.inertia_target if weight is not None else None
+        if value is not None:
+            value = value - self.constant_force @ x
+            if weight is not None:
+                value += 0.5 * offset @ (weight * offset)
+            if self.contact is not None:
+                value += self.contact.energy(x)
+        if gradient is not None:
+            gradient = gradient - self.constant_force
+            if weight is not None:
+                gradient += weight * offset
+            if self.contact is not None:
+                gradient += self.contact.gradient(x)
+        return value, gradient
+
+    def hessian_low_rank(self, x):
+        """The contact planes' part of the Hessian, which switches on and off between Newton
+        iterations (newton.LowRankTerm); None without contacts."""
+        return self.contact.hessian_low_rank(x) if self.contact is not None else None
+
+    def hessian(self, x):
+        return self._hessian(x, self.project_hessian)
+
+    def projected_hessian(self, x):
+        """The Hessian with every tet's block projected to positive semi-definite (the inertia
+        and contact parts are already): Newton's stand-in where the exact one is indefinite."""
+        return self._hessian(x, True)
+
+    def _hessian(self, x, project: bool):
+        hessian = self.elasticity.hessian(x, self.material, project=project)
+        weight = self._inertia_weight()
+        if weight is not None:
+            hessian.data[self.elasticity.diagonal_entry_positions] += weight
+        if self.contact is not None:
+            # On the elasticity's own pattern: the reduced pattern, and CHOLMOD's analysis, hold.
+            self.contact.add_hessian_into(hessian.data, x)
+        return hessian
+
+    def restricted(self, region, elasticity: CorotatedElasticity) -> "FrameObjective":
+        """This energy on the sub-mesh of a ``contact_region.Region`` (its tets, its nodes in
+        local order), `elasticity` being that sub-mesh's: the same material, masses, forces,
+        inertia target and contact planes. With the region's held nodes fixed it differs from
+        this objective by a constant (the tets left out touch no free node), so minimising it
+        minimises this one over the region's free nodes."""
+        dofs = region.dofs
+        restricted = FrameObjective(elasticity, self.lumped_mass[0::3][region.nodes])
+        restricted.material = self.material.restricted_to(region.tets)
+        restricted.constant_force = self.constant_force[dofs]
+        if self.inertia_target is not None:
+            restricted.inertia_target, restricted.time_step = self.inertia_target[dofs], self.time_step
+        restricted.project_hessian = self.project_hessian
+        if self.contact is not None:
+            restricted.contact = self.contact.on_embedding(region.embedding, hessian_layout=elasticity)
+        return restricted

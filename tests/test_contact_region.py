@@ -1,0 +1,122 @@
+"""The contact region relaxed before a contact round's whole-mesh solve (solver/physics/contact_region.py):
+its sub-mesh, its constraints with the rest of the mesh held, and the relaxation itself, on a
+tissue slab with a sphere pressed into it (real CHOLMOD). What it buys on ICT's lip animation is
+measured by bench/collisions.py (docs/collisions.md)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from solver.collisions.contacts import BonePose
+from solver.physics.contact import AugmentedLagrangianContact, ColliderSet
+from solver.physics.contact_region import ContactRegion
+from solver.physics.simulator import FaceSimulator, SimulationSettings
+from test_contact import identity_activations, pressing_sphere
+
+MM = 1e3
+FRAMES = 3
+
+
+def pressing(centre):
+    return pressing_sphere(centre, np.array([0.0, 1.0, 0.0]), 0.01, 0.002, frames=FRAMES)
+
+
+def press(model, centre, rings):
+    simulator = FaceSimulator(model, SimulationSettings(contact_region_rings=rings),
+                              collisions=ColliderSet([pressing(centre)]))
+    return simulator, [simulator.step(identity_activations(model)) for _ in range(FRAMES)]
+
+
+def test_the_region_is_the_seeds_rings_and_the_tets_touching_them(slab):
+    model, _ = slab
+    simulator = FaceSimulator(model, collisions=ColliderSet([pressing(slab[1])]))
+    tets = np.asarray(model["tets"])
+    seed = tets[len(tets) // 2]
+    for rings in (1, 2):
+        region = ContactRegion(model, simulator.elasticity, simulator.skin_embedding, rings=rings).region(seed)
+        free = np.zeros(len(model["rest_positions"]), bool)
+        free[seed] = True
+        for _ in range(rings):
+            free[np.unique(tets[free[tets].any(axis=1)])] = True
+        expected_tets = np.flatnonzero(free[tets].any(axis=1))
+        np.testing.assert_array_equal(region.tets, expected_tets)
+        np.testing.assert_array_equal(region.nodes, np.unique(tets[expected_tets]))
+        np.testing.assert_array_equal(region.held, ~free[region.nodes])
+        assert region.held.any() and (~region.held).sum() > 4
+        # The embedding on the sub-mesh puts each vertex it carries where the whole mesh does.
+        carried = region.embedding.vertex_tet >= 0
+        assert carried.any()
+        x = simulator.positions.reshape(-1, 3) + 1e-3 * np.random.default_rng(1).normal(size=(len(free), 3))
+        np.testing.assert_allclose(region.embedding.skin_positions(x[region.nodes])[carried],
+                                   simulator.skin_embedding.skin_positions(x)[carried], rtol=0, atol=1e-15)
+
+
+def test_held_nodes_stay_where_they_are_in_any_bone_frame(slab):
+    model, centre = slab
+    simulator = FaceSimulator(model, collisions=ColliderSet([pressing(centre)]))
+    contact_region = ContactRegion(model, simulator.elasticity, simulator.skin_embedding)
+    region = contact_region.region(np.asarray(model["tets"])[10])
+    skull = np.eye(4)
+    skull[:3, :3] = Rotation.from_rotvec([0.1, -0.2, 0.05]).as_matrix()
+    skull[:3, 3] = [0.01, -0.02, 0.005]
+    x = simulator.positions + 1e-3 * np.random.default_rng(2).normal(size=simulator.positions.shape)
+    constraints = contact_region.constraints(region, x, skull, np.eye(4))
+    local = x.reshape(-1, 3)[region.nodes]
+    projected = constraints.x_from_q(constraints.q_from_x(local.reshape(-1))).reshape(-1, 3)
+    np.testing.assert_allclose(projected[region.held], local[region.held], rtol=0, atol=1e-15)
+    free_unpinned = ~region.held & ~np.isin(region.nodes, model["pin_nodes"])
+    assert constraints.reduced_size == 3 * free_unpinned.sum()
+
+
+def test_the_relaxation_lowers_the_energy_balances_the_region_and_leaves_the_rest(slab):
+    """A round's planes set as solve_newton sets them (frame 2 of the press, from frame 1's
+    state): the relaxed region is in equilibrium to the round's tolerance, every node off it is
+    untouched, the energy fell, and the whole-mesh solve from there reaches the equilibrium it
+    reaches without the relaxation."""
+    model, centre = slab
+    simulator = FaceSimulator(model, SimulationSettings(contact_region_rings=0),
+                              collisions=ColliderSet([pressing(centre)]))
+    simulator.step(identity_activations(model))
+    simulator.objective.material = simulator.material_for(identity_activations(model))
+    response, pose = simulator.contact_response, BonePose(np.eye(4), np.eye(4), 2)
+    constraints = simulator.constraints
+    constraints.use_frame(np.eye(4), np.eye(4))
+    start = constraints.x_from_q(constraints.q_from_x(simulator.positions))
+    planes, anchors = response.detect(start, pose)
+    assert planes.count and planes.depth.max() > 0.3e-3
+    stiffness = response.stiffness_factor * response.vertex_stiffness[planes.vertex]
+    objective = simulator.objective
+    objective.contact = AugmentedLagrangianContact(simulator.skin_embedding, planes, 0.0, stiffness,
+                                                   hessian_layout=simulator.elasticity, anchors=anchors)
+    scale = simulator.force_scale(start, np.eye(4), np.eye(4))
+    tolerance = simulator.settings.tolerance
+    contact_region = ContactRegion(model, simulator.elasticity, simulator.skin_embedding)
+    relaxed = contact_region.relax(objective, start, np.eye(4), np.eye(4), force_scale=scale, tolerance=tolerance,
+                                   max_iterations=50)
+    region = contact_region.region(objective.contact.nodes)
+    assert relaxed.result.converged, relaxed.result.reason
+    free = np.zeros(len(model["rest_positions"]), bool)
+    free[region.nodes[~region.held]] = True
+    moved = np.abs(relaxed.x - start).reshape(-1, 3).max(axis=1)
+    assert moved[~free].max() == 0.0 and moved[free].max() > 0.1e-3
+    assert objective.energy(relaxed.x) < objective.energy(start)
+    residual = np.abs(objective.gradient(relaxed.x).reshape(-1, 3)[free & (constraints.dofs_per_node == 3)]).max()
+    assert residual <= tolerance * scale, f"{residual:.3g} > {tolerance * scale:.3g}"
+    direct = simulator.solver.solve(start, force_scale=scale)
+    after = simulator.solver.solve(relaxed.x, force_scale=scale)
+    assert direct.converged and after.converged
+    difference = np.abs(after.x - direct.x).max()
+    assert difference < 1e-3 * 1e-3, f"the two equilibria differ by {difference * MM:.5f} mm"
+    objective.contact = None
+
+
+def test_a_press_with_the_region_relaxed_ends_where_it_ends_without(slab):
+    model, centre = slab
+    (with_region, framed), (without, plain) = press(model, centre, 2), press(model, centre, 0)
+    assert all(f.converged for f in framed + plain)
+    assert sum(f.region_iterations for f in framed) > 0 and sum(f.region_iterations for f in plain) == 0
+    assert without.contact_region is None
+    difference = np.abs(with_region.skin_positions() - without.skin_positions()).max()
+    assert difference < 0.01e-3, f"skin differs by {difference * MM:.4f} mm"
+    assert max(f.penetration_depth_max for f in framed) <= 0.2e-3
