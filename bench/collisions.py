@@ -12,7 +12,7 @@ the lips pressed, pucker with the jaw forward), blended through the fit, solved 
 without ``CollisionScene(model, teeth=True, lips=True)``.
 
     .venv/bin/python bench/collisions.py --model MODEL.npz --fit FIT.npz [--frames 7] [--inbetweens 3]
-        [--contact-region-rings 2]
+        [--contact-region-rings 2] [--region-picture PNG [--region-frame 4]]
 
 Prints tet and skin-vertex counts, ms per frame without and with collisions, contacts, rounds,
 and the overhead of collisions in percent (total frame time with / without − 1).
@@ -56,9 +56,12 @@ def cheek_sphere(model, frames, radius=0.04, depth=0.003):
     return SphereCollider(name="finger", radius=radius, transforms=transforms)
 
 
-def run(model, frame_inputs, settings, collisions):
-    """[(seconds, FrameResult)] of every frame after the first (JIT warm-up, untouched start)."""
+def run(model, frame_inputs, settings, collisions, observe=None):
+    """[(seconds, FrameResult)] of every frame after the first (JIT warm-up, untouched start).
+    `observe(simulator)` is called once it is built."""
     simulator = FaceSimulator(model, settings, collisions=collisions)
+    if observe is not None:
+        observe(simulator)
     results = []
     for frame, (activation, jaw) in enumerate(frame_inputs):
         started = time.perf_counter()
@@ -88,6 +91,43 @@ def lip_contact_frames(model, fit, frames, inbetweens=0):
         weights = np.column_stack([np.interp(times, np.arange(len(weights)), column) for column in weights.T])
     blended = blend(fit, weights, 24.0, np.tile(np.eye(4), (len(weights), 1, 1)), detail=False).activations
     return [(blended.tet_activations(model, frame), blended.jaw[frame]) for frame in range(len(weights))], used
+
+
+class RegionRecorder:
+    """Keeps, of one frame's contact-region relaxations, the one that took the most Newton
+    iterations: the round's start, bones, plane vertices and region, for ``picture``."""
+
+    def __init__(self, frame: int):
+        self.frame, self.kept, self.iterations = frame, None, -1
+
+    def __call__(self, simulator):
+        contact_region = simulator.contact_region
+        relax = contact_region.relax
+
+        def recording(objective, x, skull, jaw, **options):
+            relaxation = relax(objective, x, skull, jaw, **options)
+            if simulator.frame_index == self.frame and relaxation.result.iterations > self.iterations:
+                self.iterations = relaxation.result.iterations
+                self.kept = (np.asarray(x, dtype=np.float64).reshape(-1, 3).copy(), np.array(skull), np.array(jaw),
+                             objective.contact.planes.vertex.copy(), contact_region.region(objective.contact.nodes))
+            return relaxation
+        contact_region.relax = recording
+
+    def picture(self, model, scene, path):
+        from solver.collisions.contacts import BonePose
+        from solver.physics.contact import SkinEmbedding
+        from solver.pictures.contact_frames import contact_region_sheet
+        from solver.pictures.raster import save_png
+        if self.kept is None:
+            raise SystemExit(f"frame {self.frame} had no contact round to picture")
+        nodes, skull, jaw, plane_vertices, region = self.kept
+        free = np.zeros(len(nodes), bool)
+        free[region.nodes[~region.held]] = True
+        image = contact_region_sheet(model, scene, nodes, SkinEmbedding.from_model(model).skin_positions(nodes),
+                                     BonePose(skull, jaw, self.frame), region.tets, free, plane_vertices,
+                                     title=f"Contact region of frame {self.frame}'s largest relaxation "
+                                           f"({self.iterations} Newton iterations on the region)")
+        print(f"region picture: {save_png(image, path)}")
 
 
 def report(plain, pressed):
@@ -128,6 +168,9 @@ def main():
                         help="the lip case: interpolated frames between consecutive scenario frames")
     parser.add_argument("--contact-region-rings", type=int, default=SimulationSettings.contact_region_rings,
                         help="tet rings of the contact region relaxed before each round (0: off)")
+    parser.add_argument("--region-picture", type=Path,
+                        help="the lip case: picture the largest contact-region relaxation of --region-frame here")
+    parser.add_argument("--region-frame", type=int, default=4)
     args = parser.parse_args()
     settings = SimulationSettings(contact_solver=args.contact_solver, contact_region_rings=args.contact_region_rings)
     if args.model or args.fit:
@@ -145,7 +188,10 @@ def main():
         inputs, keys = lip_contact_frames(model, fit, args.frames, args.inbetweens)
         print(f"{args.model.name}: {len(model['tets'])} tets, {len(model['skin_vertices'])} skin vertices; "
               f"scene {scene.names} built in {time.perf_counter() - started:.1f} s; ramping {', '.join(keys)}")
-        report(run(model, inputs, settings, None), run(model, inputs, settings, scene))
+        recorder = RegionRecorder(args.region_frame) if args.region_picture else None
+        report(run(model, inputs, settings, None), run(model, inputs, settings, scene, observe=recorder))
+        if recorder is not None:
+            recorder.picture(model, scene, args.region_picture)
         return
     model = build_model(make_demo_rig(), BuildOptions(target_tets=args.target_tets))
     print(f"demo head: {len(model['tets'])} tets, {len(model['skin_vertices'])} skin vertices")

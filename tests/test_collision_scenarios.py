@@ -128,6 +128,32 @@ def test_the_before_after_picture(lip_run, demo_15k, tmp_path):
     assert path.is_file() and path.stat().st_size > 10_000
 
 
+def test_the_contact_region_picture(lip_run, demo_15k):
+    """contact_frames.contact_region_sheet on the region around the plain frame's penetrating
+    vertices (the rest face drawn): relaxed tets and the held ring both show, in both views."""
+    from solver.physics.contact import SkinEmbedding
+    from solver.physics.contact_region import ContactRegion
+    from solver.physics.corotated import CorotatedElasticity
+    from solver.pictures.contact_frames import HELD_RING_COLOUR, RELAXED_COLOUR, contact_region_sheet
+    run, scene = lip_run["run"], lip_run["scene"]
+    frame = int(np.argmax([f.plain_count for f in run.frames]))
+    vertices = np.unique(scene.detect(run.plain[frame], run.poses[frame]).vertex)
+    embedding = SkinEmbedding.from_model(demo_15k)
+    nodes = np.asarray(demo_15k["rest_positions"])
+    region = ContactRegion(demo_15k, CorotatedElasticity(nodes, demo_15k["tets"]), embedding).region(
+        embedding.nodes[vertices])
+    free = np.zeros(len(nodes), bool)
+    free[region.nodes[~region.held]] = True
+    image = contact_region_sheet(demo_15k, scene, nodes, embedding.skin_positions(nodes), run.poses[0], region.tets,
+                                 free, vertices)
+    assert image.ndim == 3 and image.shape[0] > 400 and image.shape[1] > 900
+
+    def pixels(colour):
+        target = np.round(np.asarray(colour) * 255)
+        return (np.abs(image.astype(float) - target).max(axis=2) < 40).sum()
+    assert pixels(RELAXED_COLOUR) > 5_000 and pixels(HELD_RING_COLOUR) > 2_000
+
+
 def test_the_lip_section_picture(lip_run, demo_15k, tmp_path):
     from PIL import Image
     from solver.pictures.contact_frames import REGION_COLOUR

@@ -36,8 +36,8 @@ from .constraints import BoneConstraints
 from .contact import (CONTACT_STIFFNESS_FACTOR, DEFAULT_CONTACT_MARGIN, DEFAULT_CONTACT_TOLERANCE,
                       DEFAULT_MAX_CONTACT_ROUNDS, ContactResponse, SkinEmbedding, SkinOverBone,
                       SlidingNodes)
-from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .contact_region import DEFAULT_REGION_RINGS, ContactRegion
+from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .frame_objective import FrameObjective
 from .newton import MAX_FORCING, NewtonSolver
 

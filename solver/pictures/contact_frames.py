@@ -13,6 +13,10 @@ the subject's left — which shows the lips in section in front of the teeth pro
 proxies' labial projection regions (where a penetrating lip may be pushed) are drawn green,
 the rest of the proxies ivory.
 
+``contact_region_sheet``: where one contact round relaxes the tissue before its whole-mesh
+solve (solver/physics/contact_region.py): the same two views, the skin carried by the relaxed
+tets and by the held ring around them coloured, and in section the region's tets themselves.
+
 Everything is drawn with the project's software rasteriser (raster.py); nothing opens a
 window.
 """
@@ -26,11 +30,13 @@ import numpy as np
 
 from ..model_file import model_landmarks
 from .raster import BACKGROUND, Camera, MeshLayer, add_legend, add_title, render_meshes, save_png, side_by_side
-from .views import SKIN_COLOUR, TEETH_COLOUR, HeadAxes
+from .views import SKIN_COLOUR, TEETH_COLOUR, HeadAxes, tet_boundary_faces
 
 PENETRATING_COLOUR = (0.86, 0.08, 0.06)
 RESOLVED_COLOUR = (0.13, 0.38, 0.86)
 REGION_COLOUR = (0.55, 0.82, 0.55)
+RELAXED_COLOUR = (0.96, 0.58, 0.20)
+HELD_RING_COLOUR = (0.45, 0.62, 0.85)
 PANEL_SIZE = 440               # pixels per view
 _CLOSE_UP_MOUTH_WIDTHS = 1.7   # the front close-up spans this many mouth widths across
 _SECTION_MOUTH_WIDTHS = 1.5    # the section spans this many mouth widths up and down
@@ -106,6 +112,51 @@ def contact_frame_sheet(model: dict, scene, plain_skin: np.ndarray, simulated_sk
     image = add_title(image, title or "Lip contact: plain blendshapes (top) and simulated with collisions (bottom)")
     return ContactFrameSheet(image=image, plain_penetrating=plain_hits, plain_depth_m=plain_depth,
                              simulated_penetrating=simulated_hits, simulated_depth_m=simulated_depth)
+
+
+def contact_region_sheet(model: dict, scene, node_positions: np.ndarray, skin: np.ndarray, pose,
+                         region_tets: np.ndarray, free_nodes: np.ndarray, plane_vertices: np.ndarray,
+                         title: Optional[str] = None) -> np.ndarray:
+    """One contact round's region (module docstring) as an image. `node_positions` (N,3) and
+    `skin` (V,3) at the round's start, `region_tets` the sub-mesh's tets, `free_nodes` (N,)
+    bool the nodes it moves (the others of its tets are held), `plane_vertices` the round's
+    plane vertices."""
+    tets = np.asarray(model["tets"], dtype=np.int64)
+    node_positions = np.asarray(node_positions, dtype=np.float64).reshape(-1, 3)
+    skin = np.asarray(skin, dtype=np.float64)
+    free_nodes = np.asarray(free_nodes, dtype=bool)
+    in_region = np.zeros(len(tets), bool)
+    in_region[region_tets] = True
+    carrying = np.asarray(model["skin_embedding_tet"], dtype=np.int64)
+    colours = np.tile(np.asarray(SKIN_COLOUR, dtype=float), (len(skin), 1))
+    on_region = in_region[carrying]
+    colours[on_region] = HELD_RING_COLOUR
+    colours[on_region & free_nodes[tets[carrying]].all(axis=1)] = RELAXED_COLOUR
+    colours[plane_vertices] = PENETRATING_COLOUR
+
+    axes = HeadAxes.of(model)
+    mouth, width = _mouth(model, scene)
+    triangles = np.asarray(model["skin_triangles"])
+    front_camera = _centred(Camera.front(mouth, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE), mouth,
+                            _CLOSE_UP_MOUTH_WIDTHS * width)
+    centre = mouth - 0.25 * width * axes.forward
+    side_camera = _centred(Camera.side(centre, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE), centre,
+                           _SECTION_MOUTH_WIDTHS * width)
+    front = render_meshes(front_camera, [MeshLayer(skin, triangles, colours, colour_per_vertex=True)])
+    right = region_tets[((node_positions[tets[region_tets]].mean(axis=1) - mouth) @ axes.left) <= 0.0]
+    faces = tet_boundary_faces(node_positions, tets[right])
+    face_colours = np.where(free_nodes[faces].all(axis=1)[:, None], RELAXED_COLOUR, HELD_RING_COLOUR)
+    section = render_meshes(side_camera, [MeshLayer(node_positions, faces, face_colours, colour_per_vertex=False),
+                                          MeshLayer(skin, _half(skin, triangles, axes, mouth), colours, opacity=0.35,
+                                                    colour_per_vertex=True)]
+                            + _proxy_layers(scene, pose, axes, mouth))
+    image = side_by_side([front, section], [
+        f"{len(region_tets):,} of {len(tets):,} tets relaxed, {len(np.unique(plane_vertices))} plane vertices",
+        "right half of the region's tets, from the left"])
+    legend = [("contact plane vertex", PENETRATING_COLOUR), ("relaxed: every node free", RELAXED_COLOUR),
+              ("ring: touches a held node", HELD_RING_COLOUR), ("skin outside the region", SKIN_COLOUR),
+              ("teeth proxy", TEETH_COLOUR), ("teeth proxy: labial projection region", REGION_COLOUR)]
+    return add_title(add_legend(image, legend), title or "Contact region relaxed before the whole-mesh solve")
 
 
 def _penetrating(scene, skin, pose) -> tuple[np.ndarray, float]:
