@@ -121,10 +121,8 @@ class RegionRecorder:
         if self.kept is None:
             raise SystemExit(f"frame {self.frame} had no contact round to picture")
         nodes, skull, jaw, plane_vertices, region = self.kept
-        free = np.zeros(len(nodes), bool)
-        free[region.nodes[~region.held]] = True
         image = contact_region_sheet(model, scene, nodes, SkinEmbedding.from_model(model).skin_positions(nodes),
-                                     BonePose(skull, jaw, self.frame), region.tets, free, plane_vertices,
+                                     BonePose(skull, jaw, self.frame), region, plane_vertices,
                                      title=f"Contact region of frame {self.frame}'s largest relaxation "
                                            f"({self.iterations} Newton iterations on the region)")
         print(f"region picture: {save_png(image, path)}")

@@ -142,10 +142,8 @@ def test_the_contact_region_picture(lip_run, demo_15k):
     nodes = np.asarray(demo_15k["rest_positions"])
     region = ContactRegion(demo_15k, CorotatedElasticity(nodes, demo_15k["tets"]), embedding).region(
         embedding.nodes[vertices])
-    free = np.zeros(len(nodes), bool)
-    free[region.nodes[~region.held]] = True
-    image = contact_region_sheet(demo_15k, scene, nodes, embedding.skin_positions(nodes), run.poses[0], region.tets,
-                                 free, vertices)
+    image = contact_region_sheet(demo_15k, scene, nodes, embedding.skin_positions(nodes), run.poses[0], region,
+                                 vertices)
     assert image.ndim == 3 and image.shape[0] > 400 and image.shape[1] > 900
 
     def pixels(colour):

@@ -55,6 +55,11 @@ class Region:
         """(3n,) the global coordinates of the sub-mesh's nodes, node-major."""
         return (3 * self.nodes[:, None] + np.arange(3)).reshape(-1)
 
+    @cached_property
+    def free_nodes(self) -> np.ndarray:
+        """The global indices of the nodes the relaxation moves (the sub-mesh's, less the held)."""
+        return self.nodes[~self.held]
+
 
 @dataclass
 class RegionRelaxation:
@@ -114,10 +119,10 @@ class ContactRegion:
         nodes among its free nodes, and every held node pinned where it is in x. BoneConstraints
         pins a node at T_bone · (its rest place), so a held node gets the skull as its bone and
         T_skull⁻¹ x as its rest place."""
-        local = np.full(self.node_count, -1, np.int64)
-        local[region.nodes] = np.arange(len(region.nodes))
+        def local(nodes):
+            return np.searchsorted(region.nodes, nodes)
         free = np.zeros(self.node_count, bool)
-        free[region.nodes[~region.held]] = True
+        free[region.free_nodes] = True
         held_nodes = region.nodes[region.held]
         skull = np.asarray(skull, dtype=np.float64)
         rest = self.rest[region.nodes].copy()
@@ -127,9 +132,9 @@ class ContactRegion:
         slides = free[self.slide_nodes]
         constraints = BoneConstraints(dict(
             rest_positions=rest,
-            pin_nodes=np.concatenate([local[self.pin_nodes[pins]], local[held_nodes]]),
+            pin_nodes=np.concatenate([local(self.pin_nodes[pins]), local(held_nodes)]),
             pin_bone=np.concatenate([self.pin_bone[pins], np.full(len(held_nodes), SKULL)]),
-            slide_nodes=local[self.slide_nodes[slides]], slide_bone=self.slide_bone[slides],
+            slide_nodes=local(self.slide_nodes[slides]), slide_bone=self.slide_bone[slides],
             slide_normals=self.slide_normals[slides]))
         constraints.use_frame(skull, jaw)
         return constraints

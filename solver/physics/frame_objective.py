@@ -19,7 +19,8 @@ class FrameObjective:
 
     def __init__(self, elasticity: CorotatedElasticity, node_mass: np.ndarray):
         self.elasticity = elasticity
-        self.lumped_mass = np.repeat(node_mass, 3)
+        self.node_mass = np.asarray(node_mass, dtype=np.float64)
+        self.lumped_mass = np.repeat(self.node_mass, 3)
         self.material: Optional[TetMaterial] = None
         self.constant_force = np.zeros(3 * elasticity.node_count)   # gravity + wind
         self.inertia_target: Optional[np.ndarray] = None
@@ -94,7 +95,7 @@ class FrameObjective:
         this objective by a constant (the tets left out touch no free node), so minimising it
         minimises this one over the region's free nodes."""
         dofs = region.dofs
-        restricted = FrameObjective(elasticity, self.lumped_mass[0::3][region.nodes])
+        restricted = FrameObjective(elasticity, self.node_mass[region.nodes])
         restricted.material = self.material.restricted_to(region.tets)
         restricted.constant_force = self.constant_force[dofs]
         if self.inertia_target is not None:

@@ -79,10 +79,7 @@ def contact_frame_sheet(model: dict, scene, plain_skin: np.ndarray, simulated_sk
     axes = HeadAxes.of(model)
     mouth, width = _mouth(model, scene)
     triangles = np.asarray(model["skin_triangles"])
-    front_camera = Camera.front(mouth, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE)
-    front_camera = _centred(front_camera, mouth, _CLOSE_UP_MOUTH_WIDTHS * width)
-    side_camera = Camera.side(mouth - 0.25 * width * axes.forward, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE)
-    side_camera = _centred(side_camera, mouth - 0.25 * width * axes.forward, _SECTION_MOUTH_WIDTHS * width)
+    front_camera, side_camera = _mouth_cameras(axes, mouth, width)
 
     rows = []
     for skin, pose_of_row, marked, still in ((plain_skin, pose, plain_hits, plain_hits),
@@ -114,17 +111,17 @@ def contact_frame_sheet(model: dict, scene, plain_skin: np.ndarray, simulated_sk
                              simulated_penetrating=simulated_hits, simulated_depth_m=simulated_depth)
 
 
-def contact_region_sheet(model: dict, scene, node_positions: np.ndarray, skin: np.ndarray, pose,
-                         region_tets: np.ndarray, free_nodes: np.ndarray, plane_vertices: np.ndarray,
-                         title: Optional[str] = None) -> np.ndarray:
+def contact_region_sheet(model: dict, scene, node_positions: np.ndarray, skin: np.ndarray, pose, region,
+                         plane_vertices: np.ndarray, title: Optional[str] = None) -> np.ndarray:
     """One contact round's region (module docstring) as an image. `node_positions` (N,3) and
-    `skin` (V,3) at the round's start, `region_tets` the sub-mesh's tets, `free_nodes` (N,)
-    bool the nodes it moves (the others of its tets are held), `plane_vertices` the round's
-    plane vertices."""
+    `skin` (V,3) at the round's start, `region` its ``contact_region.Region`` (the sub-mesh's
+    tets, and the nodes it moves), `plane_vertices` the round's plane vertices."""
     tets = np.asarray(model["tets"], dtype=np.int64)
     node_positions = np.asarray(node_positions, dtype=np.float64).reshape(-1, 3)
     skin = np.asarray(skin, dtype=np.float64)
-    free_nodes = np.asarray(free_nodes, dtype=bool)
+    region_tets = region.tets
+    free_nodes = np.zeros(len(node_positions), bool)
+    free_nodes[region.free_nodes] = True
     in_region = np.zeros(len(tets), bool)
     in_region[region_tets] = True
     carrying = np.asarray(model["skin_embedding_tet"], dtype=np.int64)
@@ -137,11 +134,7 @@ def contact_region_sheet(model: dict, scene, node_positions: np.ndarray, skin: n
     axes = HeadAxes.of(model)
     mouth, width = _mouth(model, scene)
     triangles = np.asarray(model["skin_triangles"])
-    front_camera = _centred(Camera.front(mouth, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE), mouth,
-                            _CLOSE_UP_MOUTH_WIDTHS * width)
-    centre = mouth - 0.25 * width * axes.forward
-    side_camera = _centred(Camera.side(centre, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE), centre,
-                           _SECTION_MOUTH_WIDTHS * width)
+    front_camera, side_camera = _mouth_cameras(axes, mouth, width)
     front = render_meshes(front_camera, [MeshLayer(skin, triangles, colours, colour_per_vertex=True)])
     right = region_tets[((node_positions[tets[region_tets]].mean(axis=1) - mouth) @ axes.left) <= 0.0]
     faces = tet_boundary_faces(node_positions, tets[right])
@@ -172,6 +165,15 @@ def _mouth(model, scene) -> tuple[np.ndarray, float]:
                                                                                       - marks["mouth_corner_R"]))
     lips = np.asarray(model["skin_vertices"])[np.union1d(scene.lips.upper_vertices, scene.lips.lower_vertices)]
     return 0.5 * (lips.min(0) + lips.max(0)), float(np.ptp(lips, axis=0).max())
+
+
+def _mouth_cameras(axes: HeadAxes, mouth, width: float) -> tuple[Camera, Camera]:
+    """The front close-up of the mouth and the side view of its section."""
+    front = Camera.front(mouth, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE)
+    centre = mouth - 0.25 * width * axes.forward
+    side = Camera.side(centre, 1.0, axes.up, axes.forward, PANEL_SIZE, PANEL_SIZE)
+    return (_centred(front, mouth, _CLOSE_UP_MOUTH_WIDTHS * width),
+            _centred(side, centre, _SECTION_MOUTH_WIDTHS * width))
 
 
 def _centred(camera: Camera, centre, extent: float) -> Camera:
