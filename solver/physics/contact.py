@@ -41,9 +41,9 @@ basis rows of P, ipopt_solve.skin_plane_inequalities), solved exactly by the int
 method, alternating with detection the same way. Slower per round, but no penalty parameter.
 
 Outer loop (both paths), per time step: detect at the start (bones and colliders moved) →
-solve → update multipliers → detect again. On the Newton path the simulator's solve first
-relaxes the tissue around the round's planes with the rest of the mesh held, then solves the
-whole mesh (contact_region.py). A plane is replaced when its vertex is found again
+solve → update multipliers → detect again. On the Newton path the simulator's solve relaxes
+the tissue around the round's planes, the rest of the mesh held, before each whole-mesh step
+(contact_region.py). A plane is replaced when its vertex is found again
 (same collider), kept while the vertex is still in contact (λ > 0, or for IPOPT a gap within
 the tolerance), and dropped once the vertex has separated with λ = 0. The step is done when
 the largest plane violation, the largest AL complementarity slack |min(g, λ/κ)| and the

@@ -1,5 +1,5 @@
-"""The tissue around a contact round's planes relaxed first, the rest of the mesh held: a Newton
-solve on a few thousand tets before the round's solve over the whole mesh.
+"""The tissue around a contact round's planes relaxed before each whole-mesh Newton step, the
+rest of the mesh held: a Newton solve on a few thousand tets of their own.
 
 Why: a contact round starts with planes whose vertices are up to millimetres inside the teeth
 or the other lip, pushed by a penalty a hundred times stiffer than the tissue. Solved over the
@@ -7,17 +7,19 @@ whole mesh from there, a round of ICT's lip animation took 8–16 Newton iterati
 load step without collisions takes 3–6: the residual started at 10–100 × the force scale and
 hovered while vertices crossed their planes' kinks (docs/collisions.md). Each of those
 iterations costs a pass over all 35,768 tets and a solve with the whole mesh's factor, though
-what they settle lies within a few tet rings of the planes. So the round first minimises the
-same energy over the nodes within ``rings`` tet rings of the planes' tets, every other node held
-where it is: a Newton solve on ~3,000 tets with its own pattern and CHOLMOD factor (on ICT
-~25 ms an iteration, against ~250 ms for the whole mesh). The whole-mesh solve then starts from
-there with the residual a step without contacts starts with. This is nonlinear elimination
-(Cai & Keyes, nonlinearly preconditioned Newton for localised nonlinearities) in its simplest
-form: the region eliminated once, before the global solve, not before each of its steps.
+what they settle lies within a few tet rings of the planes. So before each whole-mesh step
+(newton.newton_minimise's ``before_step``) the same energy is minimised over the nodes within
+``rings`` tet rings of the planes' tets, every other node held where it is: a Newton solve on
+~3,000 tets with its own pattern and CHOLMOD factor (on ICT ~25 ms an iteration, against ~250 ms
+for the whole mesh). The whole-mesh step then only has to carry what the region cannot: the
+rest of the face's answer to the activations. This is nonlinear elimination (Cai & Keyes,
+nonlinearly preconditioned Newton for localised nonlinearities). Relaxed once per round, before
+the whole-mesh solve only, ICT's 7-frame lip animation took 181 whole-mesh iterations (146
+without collisions); before each step, 109 (docs/collisions.md).
 
 Safety: with the held nodes fixed the region's energy differs from the whole mesh's by a
-constant, so the relaxation only lowers the energy the global solve starts from; a relaxation
-that does not converge is thrown away and the round starts where it would have.
+constant, so a relaxation only lowers the energy the step starts from; one that does not
+converge is thrown away and the step starts where it would have.
 """
 from __future__ import annotations
 
@@ -34,8 +36,9 @@ from .corotated import CorotatedElasticity
 from .newton import MAX_FORCING, NewtonResult, NewtonSolver
 
 # Tet rings around the planes' tets. ICT's 7-frame lip animation, frames 1-6 with collisions, one
-# core: 2 rings (2,700-3,600 tets) 74-76 s, 181 whole-mesh iterations; 4 rings 71.9 s, 131; 6
-# rings 83.4 s, 120. Its smooth version: 2 rings 97.2 s, 4 rings 104.0 s (docs/collisions.md).
+# core, relaxed once per round: 2 rings (2,700-3,600 tets) 74-76 s, 181 whole-mesh iterations; 4
+# rings 71.9 s, 131; 6 rings 83.4 s, 120. Its smooth version: 2 rings 97.2 s, 4 rings 104.0 s
+# (docs/collisions.md).
 DEFAULT_REGION_RINGS = 2
 SKULL = 0
 

@@ -69,7 +69,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -145,7 +145,7 @@ class NewtonResult:
     out_of_iterations: bool = False  # stopped by max_iterations while still descending
     projected_steps: int = 0        # steps taken on the projected Hessian (the exact one was indefinite)
     stalled: bool = False           # stopped by max_steps_without_progress
-    region_iterations: int = 0      # set by the caller: the contact region's relaxation before this solve
+    region_iterations: int = 0      # iterations of the before_step relaxations (newton_minimise)
 
 
 class CholmodLinearSolver:
@@ -430,14 +430,18 @@ def _newton_direction(objective, constraints: BoneConstraints, linear_solver, x,
 def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_solver, x0: np.ndarray, *,
                     tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
                     force_scale: float | None = None, max_forcing: float = MAX_FORCING,
-                    max_steps_without_progress: int | None = None) -> NewtonResult:
+                    max_steps_without_progress: int | None = None,
+                    before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None) -> NewtonResult:
     """Minimise the objective over q in the constraints' current frame, starting from x0
     projected onto the constraints. ``linear_solver`` is a CholmodLinearSolver (production)
     or SpsolveLinearSolver (baseline). `max_forcing`: the loosest relative accuracy of a step
     (0: every step solved exactly, by a fresh factorisation). `max_steps_without_progress`:
     stop, unconverged and `stalled`, once the residual has stayed above its lowest value for
     this many steps (None: never) — the energy still falls, but the solve is travelling away
-    from where it started, to another equilibrium (a snap-through)."""
+    from where it started, to another equilibrium (a snap-through). `before_step(x) -> (x', n)`:
+    called before each step with the current configuration; when it took n > 0 iterations of its
+    own, the step starts from x' (which must lower the energy: the contact region's relaxation,
+    contact_region.py), and n is added to ``region_iterations``."""
     start_time = time.perf_counter()
     factorisations_before = getattr(linear_solver, "factorisations", 0)
     krylov_before = getattr(linear_solver, "krylov_iterations", 0)
@@ -474,6 +478,17 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
             result.out_of_iterations = True
             return finish(False, f"no convergence in {max_iterations} iterations: residual {residual:.3g} "
                                  f"> {threshold:.3g}")
+        if before_step is not None:
+            relaxed, relaxation_iterations = before_step(x)
+            if relaxation_iterations:
+                result.region_iterations += relaxation_iterations
+                q = constraints.q_from_x(relaxed)
+                x = constraints.x_from_q(q)
+                energy, gradient = _energy_and_gradient(objective, x)
+                reduced_gradient = constraints.reduce_gradient(gradient)
+                residual = _max_norm(reduced_gradient)
+                if residual <= threshold:
+                    continue
         try:
             direction, shift, exact_refused = _newton_direction(
                 objective, constraints, linear_solver, x, reduced_gradient,
@@ -537,16 +552,18 @@ class NewtonSolver:
 
     def solve(self, x0: np.ndarray, skull_transform: np.ndarray | None = None,
               jaw_transform: np.ndarray | None = None, force_scale: float | None = None,
-              max_forcing: float = MAX_FORCING, tolerance: float | None = None) -> NewtonResult:
+              max_forcing: float = MAX_FORCING, tolerance: float | None = None,
+              before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None) -> NewtonResult:
         """Solve one frame, warm-started from x0 ((3N,) or (N, 3)): with the bone transforms
         given the constraints move to that frame first, otherwise their current frame is used.
-        `tolerance`: this solve's, instead of the solver's."""
+        `tolerance`: this solve's, instead of the solver's; `before_step`: see newton_minimise."""
         self.constraints.use_frame(skull_transform, jaw_transform)
         return newton_minimise(self.objective, self.constraints, self._linear_solver, x0,
                                tolerance=self.tolerance if tolerance is None else tolerance,
                                max_iterations=self.max_iterations,
                                force_scale=force_scale, max_forcing=max_forcing,
-                               max_steps_without_progress=self.max_steps_without_progress)
+                               max_steps_without_progress=self.max_steps_without_progress,
+                               before_step=before_step)
 
 
 def solve_reference_spsolve(objective: Objective, constraints: BoneConstraints, x0: np.ndarray,

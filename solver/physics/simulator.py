@@ -81,8 +81,8 @@ class SimulationSettings:
     max_contact_rounds: int = DEFAULT_MAX_CONTACT_ROUNDS     # solve → detect rounds per time step
     contact_stiffness_factor: float = CONTACT_STIFFNESS_FACTOR   # AL κ over the local tissue stiffness
     contact_margin: float = DEFAULT_CONTACT_MARGIN    # m, predictive planes for vertices this near (0: off)
-    # Newton path: each contact round first relaxes the tissue within this many tet rings of its
-    # planes, the rest of the mesh held (contact_region.py; 0: off).
+    # Newton path: before each Newton step of a contact round, the tissue within this many tet
+    # rings of its planes is relaxed with the rest of the mesh held (contact_region.py; 0: off).
     contact_region_rings: int = DEFAULT_REGION_RINGS
     # Quasi-static load-step cutback (step()): Newton iterations a frame may take resolving contacts
     # (Newton path) before it is solved again in two load steps (0: never, not even when it fails),
@@ -462,20 +462,17 @@ class FaceSimulator:
             # Solved exactly instead, ICT's 7-frame lip animation at tolerance 1e-5 took 1,188
             # Newton iterations and 2,293 factorisations (frame 5 unconverged after 20 rounds);
             # with the modified factor 336 iterations, 297 factorisations, every frame converged.
-            relaxation = None
+            relax = None
             contact = self.objective.contact
             if self.contact_region is not None and contact is not None and contact.count:
-                constraints.use_frame(skull, jaw_transform)
-                relaxation = self.contact_region.relax(
-                    self.objective, constraints.x_from_q(constraints.q_from_x(x0)), skull, jaw_transform,
-                    force_scale=scale, tolerance=self.settings.tolerance if tolerance is None else tolerance,
-                    max_iterations=self.settings.max_iterations)
-                x0 = relaxation.x
-            result = self.solver.solve(x0, skull_transform=skull, jaw_transform=jaw_transform, force_scale=scale,
-                                       max_forcing=MAX_FORCING, tolerance=tolerance)
-            if relaxation is not None:
-                result.region_iterations = relaxation.result.iterations
-            return result
+                def relax(x):
+                    relaxation = self.contact_region.relax(
+                        self.objective, x, skull, jaw_transform, force_scale=scale,
+                        tolerance=self.settings.tolerance if tolerance is None else tolerance,
+                        max_iterations=self.settings.max_iterations)
+                    return relaxation.x, relaxation.result.iterations if relaxation.result.converged else 0
+            return self.solver.solve(x0, skull_transform=skull, jaw_transform=jaw_transform, force_scale=scale,
+                                     max_forcing=MAX_FORCING, tolerance=tolerance, before_step=relax)
 
         constraints = self.constraints
         constraints.use_frame(skull, jaw_transform)

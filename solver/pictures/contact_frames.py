@@ -13,8 +13,8 @@ the subject's left — which shows the lips in section in front of the teeth pro
 proxies' labial projection regions (where a penetrating lip may be pushed) are drawn green,
 the rest of the proxies ivory.
 
-``contact_region_sheet``: where one contact round relaxes the tissue before its whole-mesh
-solve (solver/physics/contact_region.py): the same two views, the skin carried by the relaxed
+``contact_region_sheet``: where a contact round relaxes the tissue before its whole-mesh
+steps (solver/physics/contact_region.py): the same two views, the skin carried by the relaxed
 tets and by the held ring around them coloured, and in section the region's tets themselves.
 
 Everything is drawn with the project's software rasteriser (raster.py); nothing opens a
@@ -149,7 +149,7 @@ def contact_region_sheet(model: dict, scene, node_positions: np.ndarray, skin: n
     legend = [("contact plane vertex", PENETRATING_COLOUR), ("relaxed: every node free", RELAXED_COLOUR),
               ("ring: touches a held node", HELD_RING_COLOUR), ("skin outside the region", SKIN_COLOUR),
               ("teeth proxy", TEETH_COLOUR), ("teeth proxy: labial projection region", REGION_COLOUR)]
-    return add_title(add_legend(image, legend), title or "Contact region relaxed before the whole-mesh solve")
+    return add_title(add_legend(image, legend), title or "Contact region relaxed before the whole-mesh steps")
 
 
 def _penetrating(scene, skin, pose) -> tuple[np.ndarray, float]:
