@@ -95,6 +95,9 @@ class ContactRegion:
         self.slide_nodes = np.asarray(model["slide_nodes"], dtype=np.int64)
         self.slide_bone = np.asarray(model["slide_bone"], dtype=np.int64)
         self.slide_normals = np.asarray(model["slide_normals"], dtype=np.float64).reshape(-1, 3)
+        # The sub-mesh of the last contact term relaxed: a round's solve keeps one term for all
+        # its steps, so the region and its elasticity pattern are built once per round, not per step.
+        self._sub_mesh = (None, None, None)
 
     def region(self, seed_nodes: np.ndarray) -> Region:
         """The nodes within ``rings`` tet rings of `seed_nodes` are free; the tets touching them
@@ -142,6 +145,17 @@ class ContactRegion:
         constraints.use_frame(skull, jaw)
         return constraints
 
+    def sub_mesh(self, contact) -> tuple[Region, CorotatedElasticity]:
+        """The region around a contact term's planes and its elasticity, built once per term."""
+        term, region, elasticity = self._sub_mesh
+        if term is not contact:
+            region = self.region(contact.nodes)
+            elasticity = CorotatedElasticity(self.rest[region.nodes],
+                                             np.searchsorted(region.nodes, self.tets[region.tets]),
+                                             rest_scale=self.rest_scale[region.tets])
+            self._sub_mesh = (contact, region, elasticity)
+        return region, elasticity
+
     def relax(self, objective, x: np.ndarray, skull: np.ndarray, jaw: np.ndarray, *, force_scale: float,
               tolerance: float, max_iterations: int) -> RegionRelaxation:
         """Minimise `objective` (a FrameObjective with its contact term set) over the region
@@ -149,9 +163,7 @@ class ContactRegion:
         be held to (`tolerance` × `force_scale`)."""
         started = time.perf_counter()
         x = np.asarray(x, dtype=np.float64).reshape(-1)
-        region = self.region(objective.contact.nodes)
-        elasticity = CorotatedElasticity(self.rest[region.nodes], np.searchsorted(region.nodes, self.tets[region.tets]),
-                                         rest_scale=self.rest_scale[region.tets])
+        region, elasticity = self.sub_mesh(objective.contact)
         restricted = objective.restricted(region, elasticity)
         solver = NewtonSolver(restricted, self.constraints(region, x, skull, jaw), tolerance=tolerance,
                               max_iterations=max_iterations)
