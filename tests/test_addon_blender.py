@@ -118,7 +118,7 @@ def _bake_keeping_job(monkeypatch, tmp_path):
 def test_build_gives_a_model_with_muscles(scene):
     settings = scene["object"].face_physics
     assert 2000 < settings.model_tets < 6000 and settings.model_nodes > 0
-    assert len(settings.muscles) == 36 and os.path.isfile(bpy.path.abspath(settings.model_path))
+    assert len(settings.muscles) == 38 and os.path.isfile(bpy.path.abspath(settings.model_path))
     assert settings.model_path.startswith("//face_physics/")
 
 

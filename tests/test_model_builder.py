@@ -363,6 +363,49 @@ def test_every_atlas_muscle_is_present_and_non_empty(model):
     assert not empty, f"atlas muscles with no volume: {empty}"
 
 
+def _head_frame_centroids_mm(model):
+    centroids = model["rest_positions"][model["tets"]].mean(1)
+    return (centroids - model["head_origin"]) @ model["head_frame"].T * 1e3
+
+
+def _landmark_mm(model, name):
+    names = [str(n) for n in model["landmark_names"]]
+    return (model["landmark_positions"][names.index(name)] - model["head_origin"]) @ model["head_frame"].T * 1e3
+
+
+def test_the_mouth_floor_muscle_lies_under_the_chin_on_its_side(model):
+    """mylohyoid_L/_R: behind and below the chin point, on their own side of the midline and
+    within the jaw's width — the tissue that shapes the skin under the chin as the jaw drops."""
+    centroids = _head_frame_centroids_mm(model)
+    chin, lower_lip = _landmark_mm(model, "chin"), _landmark_mm(model, "lower_lip")
+    names = [str(n) for n in model["muscle_names"]]
+    for side, sign in (("L", 1.0), ("R", -1.0)):
+        inside = model["muscle_fraction"][:, names.index(f"mylohyoid_{side}")] > 0.5
+        assert inside.sum() >= 3, f"mylohyoid_{side} has {inside.sum()} tets"
+        where = centroids[inside]
+        assert np.all(where[:, 2] < chin[2] - 5.0), "the mouth floor muscle reaches the front of the chin"
+        assert np.all(where[:, 1] < lower_lip[1] - 15.0), "the mouth floor muscle reaches up to the lower lip"
+        assert np.median(where[:, 1]) < chin[1], "the mouth floor muscle lies mostly above the chin point"
+        assert np.median(sign * where[:, 0]) > 0.0 and np.all(np.abs(where[:, 0]) < 45.0), \
+            f"mylohyoid_{side} is not under its side of the jaw: x from {where[:, 0].min():.0f} to {where[:, 0].max():.0f} mm"
+
+
+def test_the_lip_sphincter_fills_the_lips_of_the_ict_face(ict_model):
+    """Orbicularis oris reaches the red margin: most of the lip tissue within 7 mm of each lip's
+    midpoint height is muscle (45 % with the ring further out, which left the vermilion passive
+    and the lips unable to close over the open jaw for mouthClose)."""
+    centroids = _head_frame_centroids_mm(ict_model)
+    volumes = ict_model["tet_rest_volume"]
+    names = [str(n) for n in ict_model["muscle_names"]]
+    sphincter = ict_model["muscle_fraction"][:, [names.index("orbicularis_oris_L"), names.index("orbicularis_oris_R")]].sum(1)
+    for lip in ("upper_lip", "lower_lip"):
+        point = _landmark_mm(ict_model, lip)
+        in_lip = (np.abs(centroids[:, 0]) < 20.0) & (np.abs(centroids[:, 1] - point[1]) < 7.0) \
+            & (centroids[:, 2] > point[2] - 12.0)
+        share = (sphincter[in_lip] * volumes[in_lip]).sum() / volumes[in_lip].sum()
+        assert share > 0.6, f"only {share:.0%} of the {lip} is orbicularis oris"
+
+
 def test_paired_muscles_have_equal_volumes_on_the_ict_face(ict_model):
     volumes = _muscle_volumes(ict_model)
     ratios = {name[:-2]: volumes[name] / volumes[name[:-2] + "_R"]

@@ -6,7 +6,7 @@ half-thickness along the skin normal. A control point is given in head-frame
 coordinates relative to landmarks, projected onto the outer skin from the front or the
 side, and then sunk under the skin to a fraction of the local tissue depth, so the
 same atlas fits a thin forehead and a thick cheek, any face size and any axis
-convention. A point belongs to a muscle when it lies inside the swept ribbon.
+convention. The underside of the chin faces down, so its knots are projected from below. A point belongs to a muscle when it lies inside the swept ribbon.
 Muscles come in left/right pairs (`_L` is the subject's left) so that one side can be
 paralysed on its own; sphincters (orbicularis oris/oculi) are split into halves/rings
 per side for the same reason.
@@ -19,7 +19,7 @@ import numpy as np
 
 from ..geometry.mesh_ops import first_ray_hits
 
-FRONT, SIDE = "front", "side"
+FRONT, SIDE, BELOW = "front", "side", "below"
 NORMAL_RADIUS_MM = 8.0
 
 
@@ -54,8 +54,12 @@ def _spec():
         "orbicularis_oculi": [
             [("eye", _ellipse(a, 20, 16), FRONT, 0.35, 6, 1.5) for a in np.linspace(0, 180, 7)],
             [("eye", _ellipse(a, 20, 16), FRONT, 0.35, 6, 1.5) for a in np.linspace(360, 180, 7)]],
+        # The sphincter fills the lips up to the red margin, as the pars marginalis does: a ring
+        # further out (26 x 12 mm, 5 mm wide) left the vermilion passive, 37-42 % of ICT's lip
+        # tissue sphincter (70-73 % now), and the lips could not stretch over the open jaw for
+        # mouthClose (docs/model-builder.md, section 4).
         "orbicularis_oris": [
-            [("mouth", _ellipse(a, 26, 12), FRONT, 0.5, 5, 2.5) for a in np.linspace(90, -90, 9)]],
+            [("mouth", _ellipse(a, 26, 10), FRONT, 0.5, 7, 3.5) for a in np.linspace(90, -90, 9)]],
         "zygomaticus_major": [[("cheekbone", (14, -4, 0), SIDE, 0.65, 5, 2.5),
                                ("mouth_corner", (12, 8, 0), FRONT, 0.5, 5, 2.5),
                                ("mouth_corner", (3, 1, 0), FRONT, 0.45, 4, 2.0)]],
@@ -79,6 +83,13 @@ def _spec():
         "masseter": [[("condyle", (0, -8, 20), SIDE, 0.6, 11, 5.0), ("gonion", (0, 6, 14), SIDE, 0.6, 12, 5.0)]],
         "platysma": [[("mouth_corner", (14, -32, 0), FRONT, 0.4, 14, 1.5),
                       ("menton", (38, -50, 0), SIDE, 0.3, 18, 1.5)]],
+        # The floor of the mouth (mylohyoid, with the anterior digastric on it) from behind the
+        # chin back to the hyoid: the jaw openers, and the only tissue that shapes the skin under
+        # the chin as the jaw drops. Without it ICT's jawOpen pulled that skin 4-5 mm too far back
+        # (95th percentile 2.75 mm; 1.47 with it). Anchored on the chin point, not the menton,
+        # which the demo head's jawOpen puts on the neck.
+        "mylohyoid": [[("chin", (12, 0, -20), BELOW, 0.5, 12, 3.0), ("chin", (13, 0, -45), BELOW, 0.5, 13, 3.0),
+                       ("chin", (14, -40, 0), FRONT, 0.5, 14, 3.0)]],
     }
 
 
@@ -126,7 +137,7 @@ class MusclePlacer:
         Returns (point, outward unit normal). A ray keeps the target's left/right position,
         unlike picking the most prominent vertex nearby, which drifts onto ridges (the nose).
         """
-        axis = self.frame.forward if projection == FRONT else sign * self.frame.left
+        axis = {FRONT: self.frame.forward, SIDE: sign * self.frame.left, BELOW: -self.frame.up}[projection]
         world_target = self.frame.world(target[None])[0]
         origin = world_target + axis * 0.5 * self.scale
         # Cast against the whole skin, so a ray cannot slip through the mouth slit; a ray
