@@ -103,10 +103,14 @@ def per_shape(model, rig, shapes, methods):
 def all_shapes(model, rig, jobs, fit_output, picture):
     names = [str(n) for n in rig.shape_key_names]
 
+    replays = {}
+
     def progress(fit, done, total):
+        replays[fit.name] = [[round(float(value), 5) for value in pair] for pair in fit.replays]
+        went_on = f", went on after {len(fit.replays) - 1} replay(s)" if len(fit.replays) > 1 else ""
         print(f"  [{done:>2}/{total}] {fit.name:<20} {fit.seconds:6.1f} s  {fit.iterations:>3} its  "
               f"{fit.error_mm[0]:.3f} / {fit.error_mm[1]:.3f} / {fit.error_mm[2]:.2f} mm  {fit.status}"
-              f"{describe_start(fit.started_from)}", flush=True)
+              f"{describe_start(fit.started_from)}{went_on}", flush=True)
 
     print(f"\nall {len(names)} shape keys with {jobs} worker processes:")
     started = time.perf_counter()
@@ -137,7 +141,8 @@ def all_shapes(model, rig, jobs, fit_output, picture):
             "judged": len(judged), "neutral": neutral,
             "per_shape": {names[i]: {"error_mm": [float(e) for e in errors[i]], "seconds": float(arrays["seconds"][i]),
                                      "iterations": int(arrays["iterations"][i]), "status": str(status[i]),
-                                     "start": str(arrays["fit_start"][i])}
+                                     "start": str(arrays["fit_start"][i]),
+                                     "replays": replays.get(names[i], [])}
                           for i in range(len(names))}}
 
 

@@ -275,8 +275,12 @@ def _linearised_equilibrium(demo_model, membership, tolerance, seed, scale, jaw)
 
 
 def test_skin_jacobian_matches_finite_differences_of_the_equilibrium(demo_model, membership):
-    face, a, b, state, linear = _linearised_equilibrium(demo_model, membership, 1e-10, 12, 0.05,
+    face, a, b, state, linear = _linearised_equilibrium(demo_model, membership, 1e-10, 21, 0.05,
                                                         [0.05, 0.01, 0.0, 0.001, 0.0])
+    # The implicit-function derivative holds at a stable equilibrium (K positive definite);
+    # random activations can land on a saddle, where the factor is shifted (seeds 12 and 13
+    # once the atlas gained the mouth floor: 1 % off for a shift of 0.013).
+    assert linear.shift == 0.0, "the random activations gave an unstable equilibrium; pick another seed"
     rng = np.random.default_rng(11)
     da, db = rng.normal(size=a.shape), rng.normal(size=5) * [1, 1, 0.01, 0.01, 0.01]
     step = 1e-6
@@ -482,18 +486,28 @@ def test_fibre_activations_and_their_derivatives(fitter, membership):
 
 
 def test_a_fit_ends_at_its_first_small_decrease_the_model_agreed_with(shape_fits):
-    """The outer loop stops at the first iteration that lowers f by less than
+    """Each round of the outer loop stops at the first iteration that lowers f by less than
     max(relative_decrease · f, absolute_decrease) while the model agreed (ratio > 0.5), or whose
-    model promised almost nothing (a negative promise, a step the bounds cut, goes on)."""
+    model promised almost nothing (a negative promise, a step the bounds cut, goes on). A second
+    round runs only when the equilibrium replay found fitted worse than the end of the first by
+    more than REPLAY_MISMATCH, and the stored fit is a replayed equilibrium."""
     settings = fit_module.FitSettings()
     for name, fit in shape_fits.items():
-        small = [entry["accepted"] and entry["ratio"] > 0.5
-                 and entry["decrease"] < max(settings.relative_decrease * entry["value"], settings.absolute_decrease)
-                 for entry in fit.step_log]
-        assert not any(small[:-1]), name
-        last = fit.step_log[-1]
-        assert (small[-1] or not last["accepted"] or fit.iterations == settings.max_iterations
-                or 0.0 <= last["predicted"] < 0.1 * settings.relative_decrease * last["value"]), (name, last)
+        rounds = sorted({entry["round"] for entry in fit.step_log})
+        assert rounds == list(range(len(rounds))) and len(rounds) <= fit_module.REPLAY_ROUNDS + 1, (name, rounds)
+        assert len(fit.replays) == len(rounds), (name, fit.replays)
+        for earlier in fit.replays[:-1]:
+            assert earlier[1] > earlier[0] * (1.0 + fit_module.REPLAY_MISMATCH), (name, fit.replays)
+        for round_index in rounds:
+            log = [entry for entry in fit.step_log if entry["round"] == round_index]
+            small = [entry["accepted"] and entry["ratio"] > 0.5
+                     and entry["decrease"] < max(settings.relative_decrease * entry["value"], settings.absolute_decrease)
+                     for entry in log]
+            assert not any(small[:-1]), name
+            budget = settings.max_iterations if round_index == 0 else settings.max_iterations // 3
+            last = log[-1]
+            assert (small[-1] or not last["accepted"] or len(log) == budget
+                    or 0.0 <= last["predicted"] < 0.1 * settings.relative_decrease * last["value"]), (name, last)
 
 
 def test_a_left_smile_works_the_left_zygomaticus(membership, shape_fits):
