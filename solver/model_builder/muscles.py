@@ -6,7 +6,8 @@ half-thickness along the skin normal. A control point is given in head-frame
 coordinates relative to landmarks, projected onto the outer skin from the front or the
 side, and then sunk under the skin to a fraction of the local tissue depth, so the
 same atlas fits a thin forehead and a thick cheek, any face size and any axis
-convention. The underside of the chin faces down, so its knots are projected from below. A point belongs to a muscle when it lies inside the swept ribbon.
+convention. The underside of the chin faces down, so its knots are projected from below.
+A point belongs to a muscle when it lies inside the swept ribbon.
 Muscles come in left/right pairs (`_L` is the subject's left) so that one side can be
 paralysed on its own; sphincters (orbicularis oris/oculi) are split into halves/rings
 per side for the same reason.
