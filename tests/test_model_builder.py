@@ -404,6 +404,25 @@ def test_the_lip_sphincter_fills_the_lips_of_the_ict_face(ict_model):
         assert share > 0.6, f"only {share:.0%} of the {lip} is orbicularis oris"
 
 
+def test_the_mentalis_fills_the_chin_of_the_ict_face(ict_model):
+    """Most of the chin's soft tissue near the midline, from the chin point up to 15 mm above it
+    and in front of the mandible, is mentalis (14-20 % with the 4 mm ribbon the atlas had, which
+    could not lift the lower lip over the open jaw for mouthClose); each side stays on its side."""
+    centroids = _head_frame_centroids_mm(ict_model)
+    volumes = ict_model["tet_rest_volume"]
+    names = [str(n) for n in ict_model["muscle_names"]]
+    fractions = ict_model["muscle_fraction"]
+    mentalis = fractions[:, [names.index("mentalis_L"), names.index("mentalis_R")]].sum(1)
+    chin = _landmark_mm(ict_model, "chin")
+    in_chin = (np.abs(centroids[:, 0]) < 12.0) & (centroids[:, 1] > chin[1] - 5.0) \
+        & (centroids[:, 1] < chin[1] + 15.0) & (centroids[:, 2] > chin[2] - 15.0)
+    share = (mentalis[in_chin] * volumes[in_chin]).sum() / volumes[in_chin].sum()
+    assert share > 0.5, f"only {share:.0%} of the chin's tissue is mentalis"
+    for side, sign in (("L", 1.0), ("R", -1.0)):
+        inside = fractions[:, names.index(f"mentalis_{side}")] > 0.5
+        assert np.median(sign * centroids[inside, 0]) > 3.0, f"mentalis_{side} is not on its side of the chin"
+
+
 def test_paired_muscles_have_equal_volumes_on_the_ict_face(ict_model):
     volumes = _muscle_volumes(ict_model)
     ratios = {name[:-2]: volumes[name] / volumes[name[:-2] + "_R"]

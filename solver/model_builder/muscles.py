@@ -79,7 +79,13 @@ def _spec():
                                    ("mouth_corner", (10, -28, 0), FRONT, 0.45, 8, 1.8)]],
         "depressor_labii_inferioris": [[("mouth_corner", (-10, -9, 0), FRONT, 0.5, 5, 1.8),
                                         ("mouth_corner", (-6, -28, 0), FRONT, 0.5, 6, 1.8)]],
-        "mentalis": [[("chin", (6, 10, 0), FRONT, 0.6, 4, 2.5), ("chin", (6, -8, 0), FRONT, 0.6, 4, 2.5)]],
+        # From the incisive fossa, close to the bone under the lower incisors' roots, down and
+        # forward into the skin of the chin, fanning out: the chin's soft tissue is mostly
+        # mentalis (60-66 % of ICT's in front of the mandible; a 4 mm ribbon filled 14-20 %). The
+        # tissue that lifts the lower lip over an open jaw, which mouthClose on jawOpen asks for
+        # (docs/model-builder.md, section 4).
+        "mentalis": [[("chin", (7, 16, 0), FRONT, 0.8, 5, 3.0), ("chin", (8, 4, 0), FRONT, 0.6, 8, 4.0),
+                      ("chin", (8, -8, 0), FRONT, 0.45, 9, 4.0)]],
         "nasalis": [[("ala", (0, 4, 0), FRONT, 0.5, 4, 1.5), ("nose_tip", (5, 14, 0), FRONT, 0.5, 4, 1.5)]],
         "masseter": [[("condyle", (0, -8, 20), SIDE, 0.6, 11, 5.0), ("gonion", (0, 6, 14), SIDE, 0.6, 12, 5.0)]],
         "platysma": [[("mouth_corner", (14, -32, 0), FRONT, 0.4, 14, 1.5),

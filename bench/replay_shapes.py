@@ -1,0 +1,94 @@
+"""Replay every fitted shape key at weight 1 through `animate`, with the detail correction, and
+measure how far the played skin lies from the shape key (issue 4: within 0.1 mm).
+
+The animation alternates the neutral face and one shape key at weight 1 (frames 0, e_1, 0, e_2,
+…), so every shape is played as a jump from the neutral face, as an artist keying it would,
+solved in the load steps `animate` takes for such a jump (docs/physics.md, "Two equilibria").
+Per shape it prints the largest distance over all skin vertices and over the face region (mm)
+between the played skin (simulation + detail) and the shape key, and the same without the
+detail (the physics-only fit error, for comparison with FIT.npz's `fit_error_mm`).
+
+    .venv/bin/python bench/replay_shapes.py --model MODEL.npz --fit FIT.npz [--shapes a,b] [--json out.json]
+
+MODEL.npz is the ICT model the fit was made on (bench/fit.py --model keeps one), FIT.npz the
+fit (bench/fit.py --fit-output, or `python -m solver fit`). One core.
+"""
+from __future__ import annotations
+
+import os
+
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPOSITORY))
+
+from solver.inverse.blend import blend  # noqa: E402
+from solver.inverse.fit_file import load_fit  # noqa: E402
+from solver.inverse.shapes import face_region  # noqa: E402
+from solver.model_file import load_model  # noqa: E402
+from solver.physics.animate import animate  # noqa: E402
+from solver.physics.simulator import SimulationSettings  # noqa: E402
+from tests.ict_data import ICT_PATH, ict_available, load_ict_rig  # noqa: E402
+
+TARGET_MM = 0.1
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--fit", type=Path, required=True)
+    parser.add_argument("--shapes", default="", help="comma-separated; default every fitted shape")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not ict_available():
+        raise SystemExit(f"the ICT data is not at {ICT_PATH}")
+    rig, model, fit = load_ict_rig(), load_model(args.model), load_fit(args.fit, model)
+    rig_names = [str(n) for n in rig.shape_key_names]
+    fit_names = [str(n) for n in fit["shape_key_names"]]
+    shapes = [s for s in args.shapes.split(",") if s] or fit_names
+    region, _ = face_region(model, rig)
+    # Frames 0, e_1, 0, e_2, …: every shape a jump from the neutral face.
+    weights = np.zeros((2 * len(shapes), len(fit_names)))
+    for k, shape in enumerate(shapes):
+        weights[2 * k + 1, fit_names.index(shape)] = 1.0
+    heads = np.broadcast_to(np.eye(4), (len(weights), 4, 4)).copy()
+    played = blend(fit, weights, 24.0, heads, detail=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as directory:
+        result = animate(model, played.activations, Path(directory) / "replay.npz", SimulationSettings(),
+                         skin_detail=played.detail)
+    seconds = time.perf_counter() - started
+    print(f"ICT face: {len(model['tets'])} tets, {len(rig.vertices)} skin vertices; {len(weights)} frames in {seconds:.0f} s")
+    print(f"{'shape':<18}{'with detail: all / face mm':>28}{'without: face max mm':>22}  converged")
+    rows = {}
+    for k, shape in enumerate(shapes):
+        frame = 2 * k + 1
+        target = rig.vertices + rig.shape_key_deltas[rig_names.index(shape)]
+        with_detail = np.linalg.norm(result.skin_positions[frame] - target, axis=1) * 1e3
+        physics = np.linalg.norm(result.skin_positions[frame] - played.detail[frame] - target, axis=1) * 1e3
+        rows[shape] = {"max_mm": float(with_detail.max()), "face_max_mm": float(with_detail[region].max()),
+                       "physics_face_max_mm": float(physics[region].max()),
+                       "converged": bool(result.converged[frame])}
+        print(f"{shape:<18}{with_detail.max():>18.4f} / {with_detail[region].max():.4f}{physics[region].max():>22.2f}"
+              f"  {bool(result.converged[frame])}", flush=True)
+    worst = max(rows, key=lambda s: rows[s]["max_mm"])
+    within = sum(row["max_mm"] <= TARGET_MM for row in rows.values())
+    print(f"{within} of {len(rows)} shapes reproduced within {TARGET_MM} mm on every skin vertex; "
+          f"largest {rows[worst]['max_mm']:.4f} mm ({worst}); "
+          f"{int(result.converged.sum())} of {len(weights)} frames converged")
+    if args.json:
+        args.json.write_text(json.dumps({"seconds": seconds, "shapes": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
