@@ -4,6 +4,9 @@ measure how far the played skin lies from the shape key (issue 4: within 0.1 mm)
 The animation alternates the neutral face and one shape key at weight 1 (frames 0, e_1, 0, e_2,
 …), so every shape is played as a jump from the neutral face, as an artist keying it would,
 solved in the load steps `animate` takes for such a jump (docs/physics.md, "Two equilibria").
+A shape fitted on top of another (mouthClose on jawOpen, FIT.npz `fit_context`) is played with
+that one at weight 1 too and compared with the sum of both keys: that is what it means in
+ARKit, and alone it need not be an activation at all (docs/inverse-physics.md, "Context shapes").
 Per shape it prints the largest distance over all skin vertices and over the face region (mm)
 between the played skin (simulation + detail) and the shape key, and the same without the
 detail (the physics-only fit error, for comparison with FIT.npz's `fit_error_mm`).
@@ -52,15 +55,19 @@ def main():
     args = parser.parse_args()
     if not ict_available():
         raise SystemExit(f"the ICT data is not at {ICT_PATH}")
-    rig, model, fit = load_ict_rig(), load_model(args.model), load_fit(args.fit, model)
+    rig, model = load_ict_rig(), load_model(args.model)
+    fit = load_fit(args.fit, model)
     rig_names = [str(n) for n in rig.shape_key_names]
     fit_names = [str(n) for n in fit["shape_key_names"]]
     shapes = [s for s in args.shapes.split(",") if s] or fit_names
     region, _ = face_region(model, rig)
     # Frames 0, e_1, 0, e_2, …: every shape a jump from the neutral face.
     weights = np.zeros((2 * len(shapes), len(fit_names)))
+    contexts = dict(zip(fit_names, (str(c) for c in fit["fit_context"])))
     for k, shape in enumerate(shapes):
-        weights[2 * k + 1, fit_names.index(shape)] = 1.0
+        for played_shape in (shape, contexts[shape]):
+            if played_shape:
+                weights[2 * k + 1, fit_names.index(played_shape)] = 1.0
     heads = np.broadcast_to(np.eye(4), (len(weights), 4, 4)).copy()
     played = blend(fit, weights, 24.0, heads, detail=True)
     started = time.perf_counter()
@@ -73,13 +80,15 @@ def main():
     rows = {}
     for k, shape in enumerate(shapes):
         frame = 2 * k + 1
-        target = rig.vertices + rig.shape_key_deltas[rig_names.index(shape)]
+        target = rig.vertices + sum(rig.shape_key_deltas[rig_names.index(name)]
+                                    for name in (shape, contexts[shape]) if name)
         with_detail = np.linalg.norm(result.skin_positions[frame] - target, axis=1) * 1e3
         physics = np.linalg.norm(result.skin_positions[frame] - played.detail[frame] - target, axis=1) * 1e3
         rows[shape] = {"max_mm": float(with_detail.max()), "face_max_mm": float(with_detail[region].max()),
                        "physics_face_max_mm": float(physics[region].max()),
                        "converged": bool(result.converged[frame])}
-        print(f"{shape:<18}{with_detail.max():>18.4f} / {with_detail[region].max():.4f}{physics[region].max():>22.2f}"
+        label = f"{contexts[shape]}+{shape}" if contexts[shape] else shape
+        print(f"{label:<18}{with_detail.max():>18.4f} / {with_detail[region].max():.4f}{physics[region].max():>22.2f}"
               f"  {bool(result.converged[frame])}", flush=True)
     worst = max(rows, key=lambda s: rows[s]["max_mm"])
     within = sum(row["max_mm"] <= TARGET_MM for row in rows.values())

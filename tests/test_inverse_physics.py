@@ -585,11 +585,25 @@ def test_mouth_close_is_fitted_on_top_of_jaw_open(demo_model, demo_rig):
     target = demo_rig.vertices + sum(demo_rig.shape_key_deltas[rig_names.index(n)] for n in names)
     replayed_error = np.linalg.norm(both.skin - target, axis=1)[region].mean() / MM
     assert replayed_error == pytest.approx(arrays["fit_error_mm"][1, 0], abs=0.02)
-    # with its detail, mouthClose alone is still its own shape key
-    alone = fitter.face.solve(close, arrays["jaw"][1], start=fitter.rest_state.x)
-    reproduced = alone.skin + arrays["detail_residual"][1]
-    close_target = demo_rig.vertices + demo_rig.shape_key_deltas[rig_names.index("mouthClose")]
-    assert np.abs(reproduced - close_target).max() < 0.1 * MM
+    # Played together at weight 1, as an animation plays them (from the neutral face, in load
+    # steps), with their details: jawOpen's key plus mouthClose's.
+    played = blend(arrays, np.ones((1, 2)), 24.0, np.eye(4)[None])
+    together = fitter.face.replay(played.activations.activations[0], played.activations.jaw[0])
+    assert np.abs(together.skin + played.detail[0] - target).max() < 0.1 * MM
+
+
+def test_a_context_shape_keyed_above_its_context_is_refused_naming_the_context(demo_model, membership):
+    """mouthClose's activations are a difference on top of jawOpen's; where it is keyed above
+    jawOpen and the blend is no activation, the refusal says which shape to key."""
+    neutral = neutral_activations(membership.active_count)
+    fit = {"shape_key_names": np.array(["jawOpen", "mouthClose"]), "fit_context": np.array(["", "jawOpen"]),
+           "neutral_activations": neutral,
+           "activations": np.stack([neutral * [2.0, 1, 1, 0, 0, 0], neutral * [-0.5, 1, 1, 0, 0, 0]]),
+           "jaw": np.zeros((2, 5)), "detail_residual": np.zeros((2, len(demo_model["skin_vertices"]), 3))}
+    heads = np.broadcast_to(np.eye(4), (2, 4, 4))
+    with pytest.raises(AnimationInputError, match="frames 1 weight it above jawOpen: key jawOpen at least as high"):
+        blend(fit, np.array([[1.0, 1.0], [0.0, 1.0]]), 24.0, heads)
+    assert blend(fit, np.array([[1.0, 1.0], [0.5, 0.5]]), 24.0, heads).activations.activations.shape[0] == 2
 
 
 # ----------------------------------------------------------------------------- files and replay

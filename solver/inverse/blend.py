@@ -66,10 +66,32 @@ def blend(fit, weights: np.ndarray, fps: float, head_transforms: np.ndarray, det
     offsets = fit["activations"] - neutral                                    # (K, A, 6)
     activations = neutral + np.einsum("tk,kav->tav", weights, offsets)
     check_positive_definite(activations, "blended activations",
-                            "Weights far outside [0, 1] (or strongly negative) extrapolate the fitted "
-                            "activations past what tissue can do; keep weights within [0, 1].")
+                            _context_advice(fit, weights)
+                            + "Weights far outside [0, 1] (or strongly negative) extrapolate the fitted "
+                              "activations past what tissue can do; keep weights within [0, 1].")
     jaw = weights @ fit["jaw"]
     residual = np.einsum("tk,kvd->tvd", weights, fit["detail_residual"]) if detail else \
         np.zeros((len(weights),) + fit["detail_residual"].shape[1:])
     return BlendedAnimation(ActivationInput(jaw=jaw, head_transforms=head_transforms, activations=activations, fps=fps),
                             residual)
+
+
+def _context_advice(fit, weights: np.ndarray) -> str:
+    """What to key when frames weight a shape fitted on top of another (mouthClose on jawOpen,
+    FIT.npz `fit_context`) above that other: its activations are a difference, which alone
+    need not be an activation at all; '' when no frame does."""
+    if "fit_context" not in fit:
+        return ""
+    names = [str(name) for name in fit["shape_key_names"]]
+    contexts = [str(context) for context in fit["fit_context"]]
+    advice = []
+    for shape, context in enumerate(contexts):
+        if context not in names:
+            continue
+        frames = np.flatnonzero(weights[:, shape] > weights[:, names.index(context)] + 1e-9)
+        if len(frames):
+            listed = ", ".join(str(frame) for frame in frames[:5]) + (", …" if len(frames) > 5 else "")
+            advice.append(f"{names[shape]} is fitted on top of {context} (it closes the lips of an open jaw) and "
+                          f"alone may be no pose the tissue can take; frames {listed} weight it above {context}: "
+                          f"key {context} at least as high. ")
+    return "".join(advice)

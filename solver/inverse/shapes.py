@@ -18,9 +18,12 @@ target jawOpen + mouthClose gives a_JC, b_JC, and mouthClose stores the differen
     a_C = a_neut + (a_JC − a_J),   b_C = b_JC − b_J,
 
 so that the animation blend a_neut + w_J (a_J − a_neut) + w_C (a_C − a_neut) is exactly a_JC at
-w_J = w_C = 1. Its fit error is that of the combined pose; its detail residual is the standalone
-target minus the replay of (a_C, b_C), so replaying mouthClose alone still reproduces the key.
-The context shape is fitted too when it was not asked for.
+w_J = w_C = 1. Its fit error is that of the combined pose, and so is its detail residual, less
+the context's: jawOpen and mouthClose played together at weight 1 with their details reproduce
+jawOpen + mouthClose. Alone at weight 1 the difference is no activation at all on the ICT face
+(S with negative eigenvalues where jawOpen stretched what mouthClose relaxes), and blend.py
+refuses such a frame, naming the context to key. The context shape is fitted too when it was
+not asked for.
 
 The face region — where the fit error is reported and the fit weighs most — is the rig's
 vertex group `face_region` when it has one, and otherwise every skin vertex in front of the
@@ -218,7 +221,6 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
     started = time.perf_counter()
     results: dict[str, ShapeFit] = {}
     known = dict(earlier_fits)      # the fits a guess may come from: earlier ones, then each new one
-    fitter = None
     finished: "queue.Queue" = queue.Queue()
 
     def report(fit):
@@ -253,12 +255,10 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
                 if isinstance(outcome, BaseException):
                     raise outcome
                 report(outcome)
-    if contexts:
-        fitter = fitter or ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region, settings)
-        for name, context_name in contexts.items():
-            results[name] = _relative_to_context(fitter, results[name], results[context_name], deltas[name])
-    ordered = [results[name] for name in names]
     rest_skin = np.asarray(model["skin_vertices"])
+    for name, context_name in contexts.items():
+        results[name] = _relative_to_context(rest_skin, results[name], results[context_name])
+    ordered = [results[name] for name in names]
     targets = [rest_skin + deltas[name] for name in names]
     active_count = ordered[0].activations.shape[0]
     return {
@@ -285,17 +285,15 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
     }
 
 
-def _relative_to_context(fitter: ShapeFitter, combined: ShapeFit, context: ShapeFit, delta) -> ShapeFit:
+def _relative_to_context(rest_skin, combined: ShapeFit, context: ShapeFit) -> ShapeFit:
     """The combined fit (context + shape) turned into the shape's own activations and jaw (see the
-    module docstring); `skin` becomes the standalone replay, so the detail residual reproduces
-    the standalone shape key. The error stays that of the combined, physically possible pose."""
+    module docstring). `skin` becomes the combined pose less the context's motion, so that the
+    detail residuals of the two add up to the combined pose's: played together at weight 1 they
+    reproduce context + shape. The error stays that of the combined pose."""
     if combined.status != "fitted":
         return combined
     neutral = neutral_activations(len(combined.activations))
     activations = neutral + combined.activations - context.activations
     jaw = combined.jaw - context.jaw
-    replayed = fitter.face.replay(activations, jaw)
-    # The difference alone may not be a pose the tissue reaches (it is only ever used on top of
-    # its context); the residual then comes from the combined pose instead.
-    skin = replayed.skin if replayed.converged else combined.skin - (context.skin - fitter.rest_state.skin)
+    skin = combined.skin - (context.skin - rest_skin)
     return dataclasses.replace(combined, activations=activations, jaw=jaw, skin=skin, context=context.name)
