@@ -189,6 +189,20 @@ def test_a_larger_limit_cools_the_colours(model, fit):
     assert _hot(_pixels(sheet, "bump_mouth_corner_L")).sum() == 0
 
 
+def test_a_shape_fitted_on_top_of_another_is_drawn_as_the_combined_pose(model, fit):
+    """Its residual is the combined pose's less its context's (inverse/shapes.py), so the panel
+    adds the two back up, and the caption says which pose it shows."""
+    residual = fit["detail_residual"].copy()
+    residual[2] = -residual[1]       # uniform_small on top of the bump: the two cancel
+    on_top = dict(fit, detail_residual=residual, fit_context=np.array(["", "", NAMES[1], "", ""]))
+    sheet = fit_error_sheet(model, on_top, count=3)
+    combined = next(panel for panel in sheet.panels if panel.name == f"{NAMES[2]} (on {NAMES[1]})")
+    assert np.abs(combined.vertex_error_mm).max() == pytest.approx(0.0, abs=1e-9)
+    alone = next(panel for panel in fit_error_sheet(model, dict(on_top, fit_context=np.array([""] * 5)),
+                                                      count=3).panels if panel.name == NAMES[2])
+    assert alone.vertex_error_mm.max() > 1.0
+
+
 def test_a_fit_without_fitted_shapes_or_of_another_model_is_refused(model, fit):
     all_neutral = dict(fit, status=np.array([NEUTRAL_STATUS] * len(NAMES)))
     with pytest.raises(ValueError, match="no fitted shape to picture: all 5 shapes in the fit are neutral"):

@@ -109,13 +109,17 @@ def fit_error_sheet(model: dict, fit: dict, count: int = 3, limit_mm: Optional[f
                          if len(names) else "no fitted shape to picture: the fit holds no shape keys")
     worst, best = _choose(fitted, errors[:, 0], count)
 
-    vertex_errors = {index: np.linalg.norm(residual[index], axis=1) * 1000.0 for index in worst + best}
+    # A shape fitted on top of another (shapes.CONTEXT_SHAPES) has the combined pose's error in
+    # fit_error_mm, and its residual is the combined pose's less the other's: with the other in
+    # the fit, the two residuals add up to the combined pose's, which the panel shows.
+    context = [str(c) for c in fit["fit_context"]] if "fit_context" in fit else [""] * len(names)
+    combined = {index: residual[index] + residual[names.index(context[index])]
+                for index in worst + best if context[index] in names}
+    vertex_errors = {index: np.linalg.norm(combined.get(index, residual[index]), axis=1) * 1000.0
+                     for index in worst + best}
     if limit_mm is None:
         in_region = np.concatenate([vertex_errors[index][region] for index in worst + best])
         limit_mm = max(MIN_DEFAULT_LIMIT_MM, float(np.percentile(in_region, DEFAULT_LIMIT_PERCENTILE)))
-    # A shape fitted on top of another (shapes.CONTEXT_SHAPES) has the combined pose's error in
-    # fit_error_mm but only its own replay's residual per vertex; the caption says so.
-    context = [str(c) for c in fit["fit_context"]] if "fit_context" in fit else [""] * len(names)
     captions = [f"{name} (on {context[i]})" if context[i] else name for i, name in enumerate(names)]
     panels = [FitErrorPanel(captions[index], row, tuple(float(e) for e in errors[index]), vertex_errors[index])
               for row, chosen in (("worst", worst), ("best", best)) for index in chosen]
@@ -138,7 +142,7 @@ def fit_error_sheet(model: dict, fit: dict, count: int = 3, limit_mm: Optional[f
         subtitle += f"; {_plural(int(neutral.sum()), 'neutral shape')} (moving no skin) left out"
     subtitle += "."
     if any(captions[index] != names[index] for index in worst + best):
-        subtitle += "\n\"A (on B)\": A fitted on top of B; its numbers are those of the pose B + A, its colours A's own replay."
+        subtitle += "\n\"A (on B)\": A fitted on top of B; numbers and colours are those of the pose B + A."
     image, boxes = _compose(images, panels, title, subtitle, limit_mm, colour_map, exceeded)
     panels = [dataclasses.replace(panel, box=box) for panel, box in zip(panels, boxes)]
     return FitErrorSheet(image, panels, float(limit_mm), len(fitted), int(neutral.sum()))
