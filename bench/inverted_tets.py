@@ -1,0 +1,86 @@
+"""Inverted tets on the ICT face: the passive face with the jaw opened, and fitted shapes played.
+
+Issue 4 asks that a blend of fitted shapes (0.5 jawOpen + 0.7 mouthSmile_L) stays within physical
+bounds, no tet inverted. This solves, each from the neutral face as `animate` would:
+
+1. the passive face (no activation) with the jaw opened about its hinge by jawOpen's rigid
+   opening angle (the model's `build_info`), which isolates what the bone attachments alone do;
+2. with --fit, each of --poses (shape weights, `name=w` joined by `+`) played from that fit.
+
+and prints, per pose, the tets with det F ≤ 0 and below 0.2, the smallest det F, and where the
+inverted ones lie in the head frame (mm from the head origin: left, up, forward), against the
+condyles, so that a change to the bones or attachments can be judged by it.
+
+    .venv/bin/python bench/inverted_tets.py --model MODEL.npz [--fit FIT.npz]
+        [--poses "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"]
+"""
+from __future__ import annotations
+
+import os
+
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPOSITORY))
+
+from solver.inverse.blend import blend  # noqa: E402
+from solver.inverse.fit_file import load_fit  # noqa: E402
+from solver.model_file import load_model  # noqa: E402
+from solver.physics.simulator import FaceSimulator, SimulationSettings  # noqa: E402
+
+DEFAULT_POSES = "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"
+LOW_VOLUME_RATIO = 0.2
+
+
+def _report(label, simulator, step, model):
+    ratio = np.linalg.det(simulator.elasticity.deformation_gradients(simulator.positions))
+    inverted = np.flatnonzero(ratio <= 0.0)
+    local = (np.asarray(model["rest_positions"])[np.asarray(model["tets"])[inverted]].mean(1)
+             - model["head_origin"]) @ np.asarray(model["head_frame"]).T * 1e3
+    where = "" if len(inverted) == 0 else (
+        f"; inverted ones at left {local[:, 0].min():.0f}..{local[:, 0].max():.0f}, up {local[:, 1].min():.0f}.."
+        f"{local[:, 1].max():.0f}, forward {local[:, 2].min():.0f}..{local[:, 2].max():.0f} mm")
+    print(f"{label:<40} converged {step.converged}, {step.iterations:>3} Newton it.; det F ≤ 0: {len(inverted):>3}, "
+          f"< {LOW_VOLUME_RATIO}: {(ratio < LOW_VOLUME_RATIO).sum():>3}, smallest {ratio.min():.3f}{where}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--fit", type=Path)
+    parser.add_argument("--poses", default=DEFAULT_POSES)
+    args = parser.parse_args()
+    model = load_model(args.model)
+    condyles = (np.asarray(model["condyles"]) - model["head_origin"]) @ np.asarray(model["head_frame"]).T * 1e3
+    opening = float(json.loads(str(model["build_info"]))["jaw"]["open_angle_deg"])
+    print(f"model: {len(model['tets'])} tets; condyles at up {condyles[0, 1]:.0f}, forward {condyles[0, 2]:.0f} mm; "
+          f"jawOpen's rigid opening {opening:.1f} deg")
+    simulator = FaceSimulator(model, SimulationSettings())
+    neutral = np.broadcast_to(np.eye(3), (len(model["tets"]), 3, 3))
+    step = simulator.step(neutral, np.array([np.radians(opening), 0.0, 0.0, 0.0, 0.0]), np.eye(4), frame=0)
+    _report(f"passive, jaw opened {opening:.1f} deg", simulator, step, model)
+    if args.fit is None:
+        return
+    fit = load_fit(args.fit, model)
+    names = [str(name) for name in fit["shape_key_names"]]
+    for pose in args.poses.split(","):
+        weights = np.zeros((1, len(names)))
+        for term in pose.split("+"):
+            name, weight = term.split("=")
+            weights[0, names.index(name)] = float(weight)
+        played = blend(fit, weights, 24.0, np.eye(4)[None], detail=False).activations
+        simulator.return_to_rest()
+        step = simulator.step(played.tet_activations(model, 0), played.jaw[0], played.head_transforms[0], frame=0)
+        _report(pose, simulator, step, model)
+
+
+if __name__ == "__main__":
+    main()
