@@ -4,14 +4,15 @@ Issue 4 asks that a blend of fitted shapes (0.5 jawOpen + 0.7 mouthSmile_L) stay
 bounds, no tet inverted. This solves, each from the neutral face as `animate` would:
 
 1. the passive face (no activation) with the jaw opened about its hinge by jawOpen's rigid
-   opening angle (the model's `build_info`), which isolates what the bone attachments alone do;
+   opening angle (the model's `build_info`) or by --jaw-degrees, which isolates what the bone
+   attachments alone do;
 2. with --fit, each of --poses (shape weights, `name=w` joined by `+`) played from that fit.
 
 and prints, per pose, the tets with det F ≤ 0 and below 0.2, the smallest det F, and where the
 inverted ones lie in the head frame (mm from the head origin: left, up, forward), against the
 condyles, so that a change to the bones or attachments can be judged by it.
 
-    .venv/bin/python bench/inverted_tets.py --model MODEL.npz [--fit FIT.npz]
+    .venv/bin/python bench/inverted_tets.py --model MODEL.npz [--fit FIT.npz] [--jaw-degrees A]
         [--poses "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"]
 """
 from __future__ import annotations
@@ -57,12 +58,14 @@ def main():
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--fit", type=Path)
     parser.add_argument("--poses", default=DEFAULT_POSES)
+    parser.add_argument("--jaw-degrees", type=float, help="the passive opening (default: jawOpen's rigid one)")
     args = parser.parse_args()
     model = load_model(args.model)
     condyles = (np.asarray(model["condyles"]) - model["head_origin"]) @ np.asarray(model["head_frame"]).T * 1e3
-    opening = float(json.loads(str(model["build_info"]))["jaw"]["open_angle_deg"])
+    rigid = float(json.loads(str(model["build_info"]))["jaw"]["open_angle_deg"])
+    opening = rigid if args.jaw_degrees is None else args.jaw_degrees
     print(f"model: {len(model['tets'])} tets; condyles at up {condyles[0, 1]:.0f}, forward {condyles[0, 2]:.0f} mm; "
-          f"jawOpen's rigid opening {opening:.1f} deg")
+          f"jawOpen's rigid opening {rigid:.1f} deg")
     simulator = FaceSimulator(model, SimulationSettings())
     neutral = np.broadcast_to(np.eye(3), (len(model["tets"]), 3, 3))
     step = simulator.step(neutral, np.array([np.radians(opening), 0.0, 0.0, 0.0, 0.0]), np.eye(4), frame=0)
