@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .fit_file import shape_contexts
 from ..physics.inputs import (DEFAULT_FPS, ActivationInput, AnimationInputError, check_positive_definite,
                               numeric_array, read_head_transforms, read_npz)
 
@@ -83,7 +84,7 @@ def _context_advice(fit, weights: np.ndarray) -> str:
     if "fit_context" not in fit:
         return ""
     names = [str(name) for name in fit["shape_key_names"]]
-    contexts = [str(context) for context in fit["fit_context"]]
+    contexts = shape_contexts(fit)
     advice = []
     for shape, context in enumerate(contexts):
         if context not in names:
@@ -91,7 +92,7 @@ def _context_advice(fit, weights: np.ndarray) -> str:
         frames = np.flatnonzero(weights[:, shape] > weights[:, names.index(context)] + 1e-9)
         if len(frames):
             listed = ", ".join(str(frame) for frame in frames[:5]) + (", …" if len(frames) > 5 else "")
-            advice.append(f"{names[shape]} is fitted on top of {context} (it closes the lips of an open jaw) and "
-                          f"alone may be no pose the tissue can take; frames {listed} weight it above {context}: "
-                          f"key {context} at least as high. ")
+            advice.append(f"{names[shape]} is fitted on top of {context} (its activations are the difference to "
+                          f"{context}'s) and alone may be no pose the tissue can take; frames {listed} weight it "
+                          f"above {context}: key {context} at least as high. ")
     return "".join(advice)

@@ -20,6 +20,14 @@ class FitFormatError(ValueError):
     """FIT.npz is missing, damaged, or does not belong to the model it is used with."""
 
 
+def shape_contexts(fit) -> list[str]:
+    """Per shape of a fit (FIT.npz arrays), the shape it was fitted on top of (`fit_context`:
+    jawOpen for mouthClose), '' for the others and in fits made before the key existed."""
+    if "fit_context" in fit:
+        return [str(context) for context in fit["fit_context"]]
+    return [""] * len(fit["shape_key_names"])
+
+
 def save_fit(path, arrays: dict) -> None:
     arrays = dict(arrays, format_version=np.array(FORMAT_VERSION))
     missing = [key for key in REQUIRED_KEYS if key not in arrays]

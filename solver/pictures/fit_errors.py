@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import IdentityTransform
 
+from ..inverse.fit_file import shape_contexts
 from .raster import BACKGROUND, Camera, MeshLayer, render_meshes, save_png
 from .views import HeadAxes
 
@@ -112,7 +113,7 @@ def fit_error_sheet(model: dict, fit: dict, count: int = 3, limit_mm: Optional[f
     # A shape fitted on top of another (shapes.CONTEXT_SHAPES) has the combined pose's error in
     # fit_error_mm, and its residual is the combined pose's less the other's: with the other in
     # the fit, the two residuals add up to the combined pose's, which the panel shows.
-    context = [str(c) for c in fit["fit_context"]] if "fit_context" in fit else [""] * len(names)
+    context = shape_contexts(fit)
     combined = {index: residual[index] + residual[names.index(context[index])]
                 for index in worst + best if context[index] in names}
     vertex_errors = {index: np.linalg.norm(combined.get(index, residual[index]), axis=1) * 1000.0
