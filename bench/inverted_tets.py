@@ -23,7 +23,6 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"
     os.environ.setdefault(_variable, "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -34,18 +33,22 @@ sys.path.insert(0, str(REPOSITORY))
 
 from solver.inverse.blend import blend  # noqa: E402
 from solver.inverse.fit_file import load_fit  # noqa: E402
-from solver.model_file import load_model  # noqa: E402
+from solver.model_file import build_info, load_model, model_head_axes  # noqa: E402
 from solver.physics.simulator import FaceSimulator, SimulationSettings  # noqa: E402
 
 DEFAULT_POSES = "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"
 LOW_VOLUME_RATIO = 0.2
 
 
+def _head_mm(model, points):
+    """World points → mm from the head origin along left, up, forward."""
+    return (np.asarray(points) - model["head_origin"]) @ model_head_axes(model).T * 1e3
+
+
 def _report(label, simulator, step, model):
     ratio = np.linalg.det(simulator.elasticity.deformation_gradients(simulator.positions))
     inverted = np.flatnonzero(ratio <= 0.0)
-    local = (np.asarray(model["rest_positions"])[np.asarray(model["tets"])[inverted]].mean(1)
-             - model["head_origin"]) @ np.asarray(model["head_frame"]).T * 1e3
+    local = _head_mm(model, np.asarray(model["rest_positions"])[np.asarray(model["tets"])[inverted]].mean(1))
     where = "" if len(inverted) == 0 else (
         f"; inverted ones at left {local[:, 0].min():.0f}..{local[:, 0].max():.0f}, up {local[:, 1].min():.0f}.."
         f"{local[:, 1].max():.0f}, forward {local[:, 2].min():.0f}..{local[:, 2].max():.0f} mm")
@@ -61,8 +64,8 @@ def main():
     parser.add_argument("--jaw-degrees", type=float, help="the passive opening (default: jawOpen's rigid one)")
     args = parser.parse_args()
     model = load_model(args.model)
-    condyles = (np.asarray(model["condyles"]) - model["head_origin"]) @ np.asarray(model["head_frame"]).T * 1e3
-    rigid = float(json.loads(str(model["build_info"]))["jaw"]["open_angle_deg"])
+    condyles = _head_mm(model, model["condyles"])
+    rigid = float(build_info(model)["jaw"]["open_angle_deg"])
     opening = rigid if args.jaw_degrees is None else args.jaw_degrees
     print(f"model: {len(model['tets'])} tets; condyles at up {condyles[0, 1]:.0f}, forward {condyles[0, 2]:.0f} mm; "
           f"jawOpen's rigid opening {rigid:.1f} deg")

@@ -36,7 +36,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
 from solver.inverse.blend import blend  # noqa: E402
-from solver.inverse.fit_file import load_fit  # noqa: E402
+from solver.inverse.fit_file import load_fit, shape_contexts  # noqa: E402
 from solver.inverse.shapes import face_region  # noqa: E402
 from solver.model_file import load_model  # noqa: E402
 from solver.physics.animate import animate  # noqa: E402
@@ -63,7 +63,7 @@ def main():
     region, _ = face_region(model, rig)
     # Frames 0, e_1, 0, e_2, …: every shape a jump from the neutral face.
     weights = np.zeros((2 * len(shapes), len(fit_names)))
-    contexts = dict(zip(fit_names, (str(c) for c in fit["fit_context"])))
+    contexts = dict(zip(fit_names, shape_contexts(fit)))
     for k, shape in enumerate(shapes):
         for played_shape in (shape, contexts[shape]):
             if played_shape:
