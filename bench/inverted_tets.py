@@ -6,14 +6,19 @@ bounds, no tet inverted. This solves, each from the neutral face as `animate` wo
 1. the passive face (no activation) with the jaw opened about its hinge by jawOpen's rigid
    opening angle (the model's `build_info`) or by --jaw-degrees, which isolates what the bone
    attachments alone do;
-2. with --fit, each of --poses (shape weights, `name=w` joined by `+`) played from that fit.
+2. with --fit, each of --poses (shape weights, `name=w` joined by `+`) played from that fit;
+   with --every-shape, also every fitted shape at weight 1 (a shape fitted on top of another,
+   mouthClose on jawOpen, together with it), and a summary of those that invert a tet.
+
+With --pictures DIR it also draws the model's bones and a sagittal section through the jaw
+angle (bones.png, section_jaw.png), to see where jaw and skull bone lie.
 
 and prints, per pose, the tets with det F ≤ 0 and below 0.2, the smallest det F, and where the
 inverted ones lie in the head frame (mm from the head origin: left, up, forward), against the
 condyles, so that a change to the bones or attachments can be judged by it.
 
     .venv/bin/python bench/inverted_tets.py --model MODEL.npz [--fit FIT.npz] [--jaw-degrees A]
-        [--poses "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"]
+        [--poses "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"] [--every-shape] [--pictures DIR]
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 
 from solver.inverse.blend import blend  # noqa: E402
-from solver.inverse.fit_file import load_fit  # noqa: E402
+from solver.inverse.fit_file import load_fit, shape_contexts  # noqa: E402
 from solver.model_file import build_info, load_model, model_head_axes  # noqa: E402
 from solver.physics.simulator import FaceSimulator, SimulationSettings  # noqa: E402
 
@@ -45,6 +50,21 @@ def _head_mm(model, points):
     return (np.asarray(points) - model["head_origin"]) @ model_head_axes(model).T * 1e3
 
 
+def _every_shape_poses(fit) -> list[str]:
+    names = [str(name) for name in fit["shape_key_names"]]
+    return [f"{context}=1+{name}=1" if context else f"{name}=1" for name, context in zip(names, shape_contexts(fit))]
+
+
+def _pictures(model, folder: Path) -> None:
+    from solver.pictures.views import picture_bones, picture_cross_section
+    folder.mkdir(parents=True, exist_ok=True)
+    gonions = [str(name).startswith("gonion_") for name in model["landmark_names"]]
+    lateral = float(np.abs(_head_mm(model, np.asarray(model["landmark_positions"])[gonions])[:, 0]).mean()) * 1e-3
+    for path in (picture_bones(model, folder / "bones.png"),
+                 picture_cross_section(model, folder / "section_jaw.png", "sagittal", 0.75 * lateral)):
+        print(f"picture: {path}")
+
+
 def _report(label, simulator, step, model):
     ratio = np.linalg.det(simulator.elasticity.deformation_gradients(simulator.positions))
     inverted = np.flatnonzero(ratio <= 0.0)
@@ -54,6 +74,7 @@ def _report(label, simulator, step, model):
         f"{local[:, 1].max():.0f}, forward {local[:, 2].min():.0f}..{local[:, 2].max():.0f} mm")
     print(f"{label:<40} converged {step.converged}, {step.iterations:>3} Newton it.; det F ≤ 0: {len(inverted):>3}, "
           f"< {LOW_VOLUME_RATIO}: {(ratio < LOW_VOLUME_RATIO).sum():>3}, smallest {ratio.min():.3f}{where}", flush=True)
+    return len(inverted)
 
 
 def main():
@@ -62,8 +83,12 @@ def main():
     parser.add_argument("--fit", type=Path)
     parser.add_argument("--poses", default=DEFAULT_POSES)
     parser.add_argument("--jaw-degrees", type=float, help="the passive opening (default: jawOpen's rigid one)")
+    parser.add_argument("--every-shape", action="store_true", help="also play every fitted shape at weight 1")
+    parser.add_argument("--pictures", type=Path, help="write bones.png and section_jaw.png here")
     args = parser.parse_args()
     model = load_model(args.model)
+    if args.pictures is not None:
+        _pictures(model, args.pictures)
     condyles = _head_mm(model, model["condyles"])
     rigid = float(build_info(model)["jaw"]["open_angle_deg"])
     opening = rigid if args.jaw_degrees is None else args.jaw_degrees
@@ -77,7 +102,9 @@ def main():
         return
     fit = load_fit(args.fit, model)
     names = [str(name) for name in fit["shape_key_names"]]
-    for pose in args.poses.split(","):
+    poses = args.poses.split(",") + (_every_shape_poses(fit) if args.every_shape else [])
+    inverting = []
+    for pose in poses:
         weights = np.zeros((1, len(names)))
         for term in pose.split("+"):
             name, weight = term.split("=")
@@ -85,7 +112,9 @@ def main():
         played = blend(fit, weights, 24.0, np.eye(4)[None], detail=False).activations
         simulator.return_to_rest()
         step = simulator.step(played.tet_activations(model, 0), played.jaw[0], played.head_transforms[0], frame=0)
-        _report(pose, simulator, step, model)
+        if _report(pose, simulator, step, model):
+            inverting.append(pose)
+    print(f"{len(inverting)} of {len(poses)} poses invert a tet" + (f": {', '.join(inverting)}" if inverting else ""))
 
 
 if __name__ == "__main__":

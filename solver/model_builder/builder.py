@@ -12,8 +12,7 @@ from .. import __version__
 from ..geometry import vertex_normals
 from ..model_file import FORMAT_VERSION
 from ..rig import FaceRig, rig_triangles, triangulate, validate_rig
-from .attachments import (PIN, SLIDE, bone_faces_follow_their_nodes, bone_surface_nodes, pin_where_no_tangent_plane,
-                          split_pin_slide)
+from .attachments import PIN, SLIDE, bone_surface_nodes, pin_where_no_tangent_plane, split_pin_slide
 from .directions import contraction_frames
 from .embedding import embed_points
 from .errors import ModelBuildError
@@ -249,10 +248,7 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
     faces, face_is_bone, face_bone_label = _classify_boundary(tissue, nodes, tets)
     attached, bone_normal = bone_surface_nodes(nodes, faces, face_is_bone)
     node_bone = tissue.world(nodes[attached]).bone_label
-    kind, node_bone = split_pin_slide(nodes[attached], node_bone, landmarks, jaw.condyles)
-    kind = pin_where_no_tangent_plane(kind, bone_normal)
-    face_bone_label[face_is_bone] = bone_faces_follow_their_nodes(faces[face_is_bone], face_bone_label[face_is_bone],
-                                                                  attached, node_bone)
+    kind = pin_where_no_tangent_plane(split_pin_slide(nodes[attached], node_bone, landmarks, jaw.condyles), bone_normal)
     clock.lap("attachments", f"{int((kind == PIN).sum())} pinned, {int((kind == SLIDE).sum())} sliding nodes")
 
     muscles = _place_muscles(rig, triangles, prepared)

@@ -7,10 +7,11 @@ The tissue is  {p : skin_field(p) < 0  and  bone_field(p) < 0}, i.e. the level s
   winding number, so the open skin (neck cut, eye holes, throat) needs no hole filling:
   across a hole the winding number drops smoothly and the 0.5 level caps it.
 * `SuppliedBones` — user-supplied closed skull / jaw meshes (positive inside).
-* `EstimatedBones` — no bones supplied: bone starts at a forensic soft-tissue depth
-  under the outer skin (paper 002 §3.1, De Greef et al. 2006) and a mucosa-thin lining
-  under the cavity surfaces (mouth, eye sockets); the mandible is the part of it under
-  skin that follows the jaw in jawOpen.
+* estimated bones — none supplied: bone starts at a forensic soft-tissue depth under the
+  outer skin (paper 002 §3.1, De Greef et al. 2006) and a mucosa-thin lining under the
+  cavity surfaces (mouth, eye sockets); the mandible is the part of it under skin that
+  follows the jaw in jawOpen, none under the floor of the mouth, and the skull keeps clear of
+  it by a layer of soft tissue that grows with how far the jaw travels there.
 * Teeth sockets: the tissue within a few mm of supplied teeth belongs to their bone
   (gums hold teeth), which also attaches the teeth to skull or jaw.
 
@@ -22,12 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import ndimage
 
 from ..rig import triangulate
 from ..geometry import ClosestPointTree, TriangleBVH, WindingNumberTree, vertex_normals
 
 SKULL, JAW = 0, 1
 BONE_NAMES = ("skull", "jaw")
+# Label of estimated bone that is soft tissue after all (the floor of the mouth); never on a node.
+_NO_BONE = 2
 
 # Mean facial soft-tissue depths in millimetres, after De Greef et al. 2006 ("Large-scale
 # in-vivo Caucasian facial soft tissue thickness database", the table paper 002 §3.1 uses),
@@ -57,6 +61,26 @@ CAVITY_LINING_MM = 3.0
 TEETH_SOCKET_MM = 3.0
 # Estimated bone this close to supplied teeth is the alveolar bone of those teeth.
 ALVEOLAR_REACH_MM = 20.0
+# The estimated skull keeps clear of the estimated mandible by a layer of soft tissue (the
+# parotid, the pterygoids, the pharynx wall, the floor of the mouth): JAW_CLEARANCE_MM where
+# the jaw barely moves (at the hinge), plus JAW_CLEARANCE_PER_TRAVEL × how far the jaw bone
+# there travels when it opens by JAW_DESIGN_OPENING_DEG. Without it the two parts of one
+# estimated solid touch, and the opening jaw drives jaw-pinned tissue into skull-pinned tissue:
+# ICT's passive face opened 14° inverted 77 tets there. With 1.0 × the travel none at 14° and 14
+# at 20°; with 1.5 × none at 20°, but the skin lost bone it needs: ICT's jawOpen fitted 0.47 /
+# 2.02 mm (mean / 95th) instead of 0.30 / 0.95 mm (docs/inverse-physics.md).
+JAW_CLEARANCE_MM = 5.0
+JAW_CLEARANCE_PER_TRAVEL = 1.0
+JAW_DESIGN_OPENING_DEG = 20.0
+# The mandible's lower border, as a line in the head's midsagittal plane: from this far under
+# the chin point (pogonion) back to the jaw angles (gonions). More than the margin below it and
+# more than MOUTH_FLOOR_BEHIND_CHIN behind the chin point lies the floor of the mouth, where an
+# estimated mandible has no bone.
+MOUTH_FLOOR_CHIN_DROP = 0.020
+MOUTH_FLOOR_MARGIN = 0.005
+MOUTH_FLOOR_BEHIND_CHIN = 0.020
+# Voxel size of the distance maps that separate the two bones.
+SEPARATION_VOXEL_MM = 2.5
 # Sample distances along a vertex normal that decide whether the vertex lines a cavity.
 _CAVITY_PROBE_MM = (2.0, 4.0, 7.0, 11.0, 16.0, 22.0)
 
@@ -194,10 +218,15 @@ class BoneField:
 
 
 class _EstimatedCranioMandible:
-    """Bone below a depth field under the outer skin and a lining under cavities."""
+    """Bone below a depth field under the outer skin and a lining under cavities, one solid.
+
+    Labelled jaw where the nearer skin follows the jaw (or near supplied lower teeth), skull
+    elsewhere, and no bone where jaw-labelled bone would lie under the mouth floor (the
+    predicate ``mouth_floor(points)``). `_SeparatedCranioMandible` makes two bones of it.
+    """
 
     def __init__(self, skin_vertices, triangles, outer_vertex, depth, jaw_weight, lining,
-                 teeth=(), alveolar_reach=0.0):
+                 teeth=(), alveolar_reach=0.0, mouth_floor=None):
         self.teeth = list(teeth)          # (label, ClosestPointTree) of supplied teeth
         self.alveolar_reach = alveolar_reach
         outer_tri = outer_vertex[triangles].all(axis=1)
@@ -210,6 +239,7 @@ class _EstimatedCranioMandible:
         self.cavity = ClosestPointTree(skin_vertices, cavity_tri) if len(cavity_tri) else None
         self.cavity_triangles = cavity_tri
         self.lining = lining
+        self.mouth_floor = mouth_floor
 
     def _interpolate(self, per_vertex, triangles, hit):
         return (per_vertex[triangles[hit.triangle_index]] * hit.barycentric).sum(axis=1)
@@ -235,6 +265,8 @@ class _EstimatedCranioMandible:
             cavity_jaw = self._interpolate(self.jaw_weight, self.cavity_triangles, cavity_hit)
             jaw = np.where(cavity_hit.distance < outer_hit.distance, cavity_jaw, jaw)
         label = np.where(jaw > 0.5, JAW, SKULL).astype(np.int8)
+        if self.mouth_floor is not None:
+            label[(label == JAW) & self.mouth_floor(points)] = _NO_BONE
         if self.teeth:
             # The alveolar bone holding supplied teeth belongs to their bone, whatever the
             # skin above it does in jawOpen (the lining behind the molars barely moves).
@@ -245,6 +277,92 @@ class _EstimatedCranioMandible:
             teeth_label = np.array([teeth_label for teeth_label, _ in self.teeth], dtype=np.int8)[nearest]
             label = np.where(near_teeth, teeth_label, label)
         return value, projection, label
+
+
+class _DistanceMap:
+    """Distance from any point to a set of voxels, trilinear between voxel centres, and the
+    unit direction from the nearest voxel of the set to the point."""
+
+    def __init__(self, inside, low, voxel):
+        self.low, self.voxel = low, voxel
+        self.empty = not inside.any()
+        if self.empty:
+            return
+        distance, index = ndimage.distance_transform_edt(~inside, sampling=voxel, return_indices=True)
+        # A set's surface lies half a voxel beyond the centres of its outermost voxels.
+        self.distance = distance - 0.5 * voxel
+        self.nearest = low + voxel * np.moveaxis(index, 0, -1).astype(np.float64)
+
+    def query(self, points):
+        """(distance, direction away from the set, nearest voxel centre) per point."""
+        if self.empty:
+            return np.full(len(points), np.inf), np.zeros_like(points), np.full_like(points, np.inf)
+        coordinates = (points - self.low) / self.voxel
+        distance = ndimage.map_coordinates(self.distance, coordinates.T, order=1, mode="nearest")
+        cell = np.clip(np.rint(coordinates).astype(int), 0, np.array(self.distance.shape) - 1)
+        nearest = self.nearest[cell[:, 0], cell[:, 1], cell[:, 2]]
+        away = points - nearest
+        away /= np.maximum(np.linalg.norm(away, axis=1), 1e-12)[:, None]
+        return distance, away, nearest
+
+
+class _SeparatedCranioMandible:
+    """The estimated solid split into two bones with soft tissue between them.
+
+    The solid's labels say which part follows the jaw; here the jaw part ends where the solid
+    turns skull, and the skull part keeps clear of the jaw part by the clearance (base plus
+    per_travel × how far the nearest jaw bone travels when the jaw opens by the design angle
+    about the hinge), so the tissue between them has room to shear when the jaw moves. The two
+    bones are a union of signed distance-like fields from voxel distance maps.
+    """
+
+    def __init__(self, solid, low, high, voxel, hinge_origin, hinge_axis, opening_rad, base, per_travel):
+        self.solid = solid
+        self.hinge_origin, self.hinge_axis = hinge_origin, hinge_axis
+        self.opening_rad, self.base, self.per_travel = opening_rad, base, per_travel
+        low = np.asarray(low, dtype=np.float64)
+        shape = np.maximum(np.ceil((np.asarray(high) - low) / voxel).astype(int) + 1, 2)
+        axes = [low[k] + voxel * np.arange(shape[k]) for k in range(3)]
+        grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
+        value, _, label = solid.evaluate(grid)
+        jaw = ((value > 0) & (label == JAW)).reshape(shape)
+        skull = ((value > 0) & (label == SKULL)).reshape(shape)
+        self.to_jaw = _DistanceMap(jaw, low, voxel)
+        # The jaw ends where the solid stops being jaw: at the skull part or the mouth floor.
+        self.to_not_jaw = _DistanceMap((value > 0).reshape(shape) & ~jaw, low, voxel)
+        clear_of_jaw = self._clear_of_jaw(grid).reshape(shape) >= 0
+        self.to_carved_skull = _DistanceMap(skull & clear_of_jaw, low, voxel)
+
+    def _clearance(self, jaw_point):
+        travel = self.opening_rad * np.linalg.norm(np.cross(jaw_point - self.hinge_origin, self.hinge_axis), axis=-1)
+        return self.base + self.per_travel * travel
+
+    def _clear_of_jaw(self, points):
+        distance, _, nearest = self.to_jaw.query(points)
+        return distance if self.to_jaw.empty else distance - self._clearance(nearest)
+
+    def evaluate(self, points):
+        points = np.asarray(points, dtype=np.float64)
+        value, projection, label = self.solid.evaluate(points)
+        is_jaw, is_skull = label == JAW, label == SKULL
+        to_jaw, from_jaw, jaw_nearest = self.to_jaw.query(points)
+        to_not_jaw, from_not_jaw, _ = self.to_not_jaw.query(points)
+        to_carved, from_carved, _ = self.to_carved_skull.query(points)
+        # Each bone is the solid where it carries its label, cut where the label changes, and
+        # minus the distance to that bone's voxels elsewhere; projections follow the term that
+        # decides the value (points - value × direction away from the nearer bone or boundary).
+        jaw_value = np.where(is_jaw, np.minimum(value, to_not_jaw), -to_jaw)
+        jaw_projection = np.where((is_jaw & (to_not_jaw < value))[:, None],
+                                  points - to_not_jaw[:, None] * from_not_jaw,
+                                  np.where(is_jaw[:, None], projection, points - to_jaw[:, None] * from_jaw))
+        clear = to_jaw - self._clearance(jaw_nearest) if not self.to_jaw.empty else np.full(len(points), np.inf)
+        skull_value = np.where(is_skull, np.minimum(value, clear), -to_carved)
+        skull_projection = np.where((is_skull & (clear < value))[:, None], points - clear[:, None] * from_jaw,
+                                    np.where(is_skull[:, None], projection, points - to_carved[:, None] * from_carved))
+        jaw_wins = jaw_value >= skull_value
+        return (np.where(jaw_wins, jaw_value, skull_value),
+                np.where(jaw_wins[:, None], jaw_projection, skull_projection),
+                np.where(jaw_wins, JAW, SKULL).astype(np.int8))
 
 
 def find_cavity_lining(skin: SkinField, scale: float) -> np.ndarray:
@@ -302,9 +420,16 @@ def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_de
             skin.vertices, skin.triangles, outer, depth, jaw.skin_weight,
             max(CAVITY_LINING_MM * 1e-3 * landmarks.scale, min_tissue_depth),
             teeth=[(label, ClosestPointTree(v, triangulate(f, v))) for label, v, f in _teeth(rig)],
-            alveolar_reach=ALVEOLAR_REACH_MM * 1e-3 * landmarks.scale)
-        bones.add(estimated)
-        info["bones"] = "estimated from forensic soft-tissue depth"
+            alveolar_reach=ALVEOLAR_REACH_MM * 1e-3 * landmarks.scale,
+            mouth_floor=lambda points: under_mouth_floor(landmarks.frame.local(points), landmarks))
+        unit = 1e-3 * landmarks.scale
+        bones.add(_SeparatedCranioMandible(
+            estimated, skin.vertices.min(axis=0) - 5 * unit, skin.vertices.max(axis=0) + 5 * unit,
+            SEPARATION_VOXEL_MM * unit, jaw.frame[:3, 3], jaw.frame[:3, 0], np.radians(JAW_DESIGN_OPENING_DEG),
+            JAW_CLEARANCE_MM * unit, JAW_CLEARANCE_PER_TRAVEL))
+        info["bones"] = (f"estimated from forensic soft-tissue depth; the skull kept clear of the jaw by "
+                         f"{JAW_CLEARANCE_MM:g} mm + {JAW_CLEARANCE_PER_TRAVEL:g} × its travel at "
+                         f"{JAW_DESIGN_OPENING_DEG:g}° opening")
         info["skin_depth_mm"] = [float(depth[outer].min() * 1e3), float(depth[outer].max() * 1e3)]
     for label, verts, faces in _teeth(rig):
         crown_direction = landmarks.frame.up if label == JAW else -landmarks.frame.up
@@ -318,3 +443,20 @@ def _teeth(rig):
     pairs = ((SKULL, rig.upper_teeth_vertices, rig.upper_teeth_faces),
              (JAW, rig.lower_teeth_vertices, rig.lower_teeth_faces))
     return [(label, verts, faces) for label, verts, faces in pairs if verts is not None]
+
+
+def under_mouth_floor(local, landmarks) -> np.ndarray:
+    """(N,) bool for head-frame points (N,3): below the mandible's lower border and behind the
+    chin (see MOUTH_FLOOR_CHIN_DROP)."""
+    frame, s = landmarks.frame, landmarks.scale
+    chin = frame.local(landmarks["chin"][None])[0]
+    angle = jaw_angle(landmarks)
+    border_front = np.array([chin[1] - MOUTH_FLOOR_CHIN_DROP * s, chin[2]])          # (up, forward)
+    slope = (angle[1] - border_front[0]) / min(angle[2] - border_front[1], -1e-6)
+    border_up = border_front[0] + slope * (local[:, 2] - border_front[1])
+    return (local[:, 1] < border_up - MOUTH_FLOOR_MARGIN * s) & (local[:, 2] < chin[2] - MOUTH_FLOOR_BEHIND_CHIN * s)
+
+
+def jaw_angle(landmarks) -> np.ndarray:
+    """Head-frame position of the jaw angles: the mean of the two gonions (x near 0)."""
+    return np.mean([landmarks.frame.local(landmarks[f"gonion_{k}"][None])[0] for k in "LR"], axis=0)
