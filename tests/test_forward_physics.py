@@ -479,6 +479,24 @@ def test_a_large_activation_change_is_solved_in_load_steps_along_the_ramp():
         SimulationSettings(max_activation_change_per_load_step=0.0)
 
 
+def test_return_to_rest_solves_as_a_fresh_simulator_would():
+    """return_to_rest drops the kept Newton factor: the inexact steps it preconditions depend on
+    where it was made, which can pick one of two equilibria (ICT's mouthShrugLower, 0.72 mm apart;
+    docs/physics.md). After another pose, a return to rest and the same frame lands where a new
+    simulator's first frame does, to round-off, not just within the Newton tolerance."""
+    nodes, tets = bcc_block(size=(0.03, 0.02, 0.02), spacing=0.005)
+    model = block_model(nodes, tets, muscle_fraction=1.0, pin_nodes=np.flatnonzero(nodes[:, 0] < 1e-9))
+    S = np.tile(np.diag([0.7, 0.7 ** -0.5, 0.7 ** -0.5]), (len(tets), 1, 1))
+    other = np.tile(np.diag([1.3, 0.9, 1.3 ** -1 / 0.9]), (len(tets), 1, 1))
+    fresh = FaceSimulator(model, SimulationSettings()).step(S)
+    used = FaceSimulator(model, SimulationSettings())
+    used.step(other)
+    used.return_to_rest()
+    again = used.step(S)
+    assert fresh.converged and again.converged
+    np.testing.assert_allclose(again.positions, fresh.positions, rtol=0, atol=1e-13)
+
+
 def buckling_bar():
     """An 80 × 10 × 10 mm muscle bar (fibres along it) pinned at both ends: an activation that
     lengthens it puts it under compression between the pins, and it buckles sideways."""

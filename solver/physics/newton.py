@@ -258,6 +258,17 @@ class CholmodLinearSolver:
         raise HessianNotPositiveDefinite(
             f"reduced Hessian not positive definite even with a diagonal shift of {shift:.3g}")
 
+    def forget_numeric_factor(self) -> None:
+        """Drop the kept numeric factor (the symbolic analysis stays): the next solve factorises,
+        as a fresh solver would. The inexact steps that the kept factor preconditions depend on
+        where it was made, and where a face has more than one equilibrium for the same loads
+        (ICT's lower lip in mouthShrugLower: two, 0.72 mm apart) that can decide which one is
+        reached."""
+        self._has_numeric_factor = False
+        self._factored_term = None
+        self._modified = None
+        self.last_shift = 0.0
+
     def factor_copy(self):
         """A copy of the kept numeric factor (a CHOLMOD Factor; ``solve_A``), for a caller that
         keeps solving with it while later solves refactorise the kept one in place: inverse

@@ -361,7 +361,7 @@ class FaceSimulator:
     def return_to_rest(self) -> None:
         """Start over from the rest state: nodes at rest and still, the last frame's bones and
         activations neutral (the next frame's load steps and substeps start there), no display
-        correction and no contact multipliers carried; the next step() is frame 0."""
+        correction, no contact multipliers and no Newton factor carried; the next step() is frame 0."""
         self.positions = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1).copy()
         self.velocity = np.zeros_like(self.positions)
         self._previous_head, self._previous_jaw = np.eye(4), np.zeros(5)
@@ -372,6 +372,10 @@ class FaceSimulator:
         self.skin_correction = np.zeros((len(self.skin_embedding.weights), 3))
         if self.contact_response is not None:
             self.contact_response.forget_carried()
+        # And no Newton preconditioner carried either: from rest the solver finds what a fresh
+        # one finds, so an equilibrium inverse physics stores on replay is the one a new
+        # animation of that pose reaches (CholmodLinearSolver.forget_numeric_factor).
+        self.solver.linear_solver.forget_numeric_factor()
 
     def _load_steps_for(self, activation: np.ndarray) -> int:
         """The quasi-static load steps of a frame moving to these activations
