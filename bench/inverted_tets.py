@@ -10,8 +10,8 @@ bounds, no tet inverted. This solves, each from the neutral face as `animate` wo
    with --every-shape, also every fitted shape at weight 1 (a shape fitted on top of another,
    mouthClose on jawOpen, together with it), and a summary of those that invert a tet.
 
-With --pictures DIR it also draws the model's bones and a sagittal section through the jaw
-angle (bones.png, section_jaw.png), to see where jaw and skull bone lie.
+With --pictures DIR it also draws the model's bones and a sagittal section three quarters of the
+way out to the jaw angles (bones.png, section_jaw.png), to see where jaw and skull bone lie.
 
 and prints, per pose, the tets with det F ≤ 0 and below 0.2, the smallest det F, and where the
 inverted ones lie in the head frame (mm from the head origin: left, up, forward), against the
@@ -102,7 +102,7 @@ def main():
         return
     fit = load_fit(args.fit, model)
     names = [str(name) for name in fit["shape_key_names"]]
-    poses = args.poses.split(",") + (_every_shape_poses(fit) if args.every_shape else [])
+    poses = list(dict.fromkeys(args.poses.split(",") + (_every_shape_poses(fit) if args.every_shape else [])))
     inverting = []
     for pose in poses:
         weights = np.zeros((1, len(names)))
