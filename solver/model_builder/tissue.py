@@ -330,16 +330,18 @@ class _SeparatedCranioMandible:
         self.to_jaw = _DistanceMap(jaw, low, voxel)
         # The jaw ends where the solid stops being jaw: at the skull part or the mouth floor.
         self.to_not_jaw = _DistanceMap((value > 0).reshape(shape) & ~jaw, low, voxel)
-        clear_of_jaw = self._clear_of_jaw(grid).reshape(shape) >= 0
+        distance, _, nearest = self.to_jaw.query(grid)
+        clear_of_jaw = self._clear_of_jaw(distance, nearest).reshape(shape) >= 0
         self.to_carved_skull = _DistanceMap(skull & clear_of_jaw, low, voxel)
 
     def _clearance(self, jaw_point):
         travel = self.opening_rad * np.linalg.norm(np.cross(jaw_point - self.hinge_origin, self.hinge_axis), axis=-1)
         return self.base + self.per_travel * travel
 
-    def _clear_of_jaw(self, points):
-        distance, _, nearest = self.to_jaw.query(points)
-        return distance if self.to_jaw.empty else distance - self._clearance(nearest)
+    def _clear_of_jaw(self, to_jaw, jaw_nearest):
+        """How far beyond the clearance a point at distance `to_jaw` from its nearest jaw voxel
+        lies (inf without a jaw)."""
+        return to_jaw if self.to_jaw.empty else to_jaw - self._clearance(jaw_nearest)
 
     def evaluate(self, points):
         points = np.asarray(points, dtype=np.float64)
@@ -355,7 +357,7 @@ class _SeparatedCranioMandible:
         jaw_projection = np.where((is_jaw & (to_not_jaw < value))[:, None],
                                   points - to_not_jaw[:, None] * from_not_jaw,
                                   np.where(is_jaw[:, None], projection, points - to_jaw[:, None] * from_jaw))
-        clear = to_jaw - self._clearance(jaw_nearest) if not self.to_jaw.empty else np.full(len(points), np.inf)
+        clear = self._clear_of_jaw(to_jaw, jaw_nearest)
         skull_value = np.where(is_skull, np.minimum(value, clear), -to_carved)
         skull_projection = np.where((is_skull & (clear < value))[:, None], points - clear[:, None] * from_jaw,
                                     np.where(is_skull[:, None], projection, points - to_carved[:, None] * from_carved))
