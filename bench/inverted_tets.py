@@ -8,7 +8,9 @@ bounds, no tet inverted. This solves, each from the neutral face as `animate` wo
    attachments alone do;
 2. with --fit, each of --poses (shape weights, `name=w` joined by `+`) played from that fit;
    with --every-shape, also every fitted shape at weight 1 (a shape fitted on top of another,
-   mouthClose on jawOpen, together with it), and a summary of those that invert a tet.
+   mouthClose on jawOpen, together with it); with --random-blends N, also N blends of 2–4
+   shapes drawn at random (weights 0.3–1, a shape fitted on top of another never above it, as
+   `animate` requires); and a summary of the poses that invert a tet.
 
 With --pictures DIR it also draws the model's bones and a sagittal section three quarters of the
 way out to the jaw angles (bones.png, section_jaw.png), to see where jaw and skull bone lie.
@@ -18,7 +20,8 @@ inverted ones lie in the head frame (mm from the head origin: left, up, forward)
 condyles, so that a change to the bones or attachments can be judged by it.
 
     .venv/bin/python bench/inverted_tets.py --model MODEL.npz [--fit FIT.npz] [--jaw-degrees A]
-        [--poses "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"] [--every-shape] [--pictures DIR]
+        [--poses "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"] [--every-shape] [--random-blends N]
+        [--pictures DIR]
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ sys.path.insert(0, str(REPOSITORY))
 from solver.inverse.blend import blend  # noqa: E402
 from solver.inverse.fit_file import load_fit, shape_contexts  # noqa: E402
 from solver.model_file import build_info, load_model, model_head_axes  # noqa: E402
+from solver.physics.inputs import AnimationInputError  # noqa: E402
 from solver.physics.simulator import FaceSimulator, SimulationSettings  # noqa: E402
 
 DEFAULT_POSES = "jawOpen=1,jawOpen=0.5+mouthSmile_L=0.7"
@@ -53,6 +57,23 @@ def _head_mm(model, points):
 def _every_shape_poses(fit) -> list[str]:
     names = [str(name) for name in fit["shape_key_names"]]
     return [f"{context}=1+{name}=1" if context else f"{name}=1" for name, context in zip(names, shape_contexts(fit))]
+
+
+def _random_blends(fit, count: int, seed: int) -> list[str]:
+    """`count` poses of 2–4 shapes at weights 0.3–1; a shape's context (mouthClose's jawOpen)
+    joins it at least at its weight."""
+    names = [str(name) for name in fit["shape_key_names"]]
+    contexts = dict(zip(names, shape_contexts(fit)))
+    rng = np.random.default_rng(seed)
+    poses = []
+    for _ in range(count):
+        chosen = rng.choice(len(names), size=rng.integers(2, 5), replace=False)
+        weights = {names[i]: round(float(rng.uniform(0.3, 1.0)), 2) for i in chosen}
+        for name, weight in list(weights.items()):
+            if contexts[name]:
+                weights[contexts[name]] = max(weights.get(contexts[name], 0.0), weight)
+        poses.append("+".join(f"{name}={weight}" for name, weight in weights.items()))
+    return poses
 
 
 def _pictures(model, folder: Path) -> None:
@@ -84,6 +105,8 @@ def main():
     parser.add_argument("--poses", default=DEFAULT_POSES)
     parser.add_argument("--jaw-degrees", type=float, help="the passive opening (default: jawOpen's rigid one)")
     parser.add_argument("--every-shape", action="store_true", help="also play every fitted shape at weight 1")
+    parser.add_argument("--random-blends", type=int, default=0, help="also play this many random blends")
+    parser.add_argument("--seed", type=int, default=0, help="of the random blends")
     parser.add_argument("--pictures", type=Path, help="write bones.png and section_jaw.png here")
     args = parser.parse_args()
     model = load_model(args.model)
@@ -102,14 +125,19 @@ def main():
         return
     fit = load_fit(args.fit, model)
     names = [str(name) for name in fit["shape_key_names"]]
-    poses = list(dict.fromkeys(args.poses.split(",") + (_every_shape_poses(fit) if args.every_shape else [])))
+    poses = list(dict.fromkeys(args.poses.split(",") + (_every_shape_poses(fit) if args.every_shape else [])
+                               + _random_blends(fit, args.random_blends, args.seed)))
     inverting = []
     for pose in poses:
         weights = np.zeros((1, len(names)))
         for term in pose.split("+"):
             name, weight = term.split("=")
             weights[0, names.index(name)] = float(weight)
-        played = blend(fit, weights, 24.0, np.eye(4)[None], detail=False).activations
+        try:
+            played = blend(fit, weights, 24.0, np.eye(4)[None], detail=False).activations
+        except AnimationInputError as error:
+            print(f"{pose:<40} refused: {error}", flush=True)
+            continue
         simulator.return_to_rest()
         step = simulator.step(played.tet_activations(model, 0), played.jaw[0], played.head_transforms[0], frame=0)
         if _report(pose, simulator, step, model):

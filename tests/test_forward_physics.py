@@ -547,3 +547,21 @@ def test_a_buckling_bar_converges_on_the_exact_or_the_projected_hessian(lengthen
     sideways = np.abs(frame.positions[:, 1] - nodes[:, 1]).max()
     assert sideways > 0.005, f"the bar did not buckle (sideways {sideways * MM:.2f} mm)"
     assert tet_volumes(model, frame.positions).min() > 0.0
+
+
+def test_the_volume_floor_keeps_a_crushing_activation_from_flattening_a_tet():
+    """A tet with three nodes pinned asked by its activation for a twentieth of its height
+    (S = diag(1, 1, 0.05)) reaches exactly that with the floor off (J = 0.05); with the default
+    floor (J₀ = 0.2, κ = 50 λ V) it stops just under J₀, where the floor's push balances the
+    activation's pull."""
+    nodes, tets = single_tet(0.01)
+    model = block_model(nodes, tets, muscle_fraction=1.0, pin_nodes=[0, 1, 2])
+    S = np.diag([1.0, 1.0, 0.05])[None]
+    ratios = {}
+    for floor in (0.0, SimulationSettings().volume_floor):
+        simulator = FaceSimulator(model, SimulationSettings(tolerance=1e-10, volume_floor=floor))
+        frame = simulator.step(S)
+        assert frame.converged, frame.reason
+        ratios[floor] = float(np.linalg.det(simulator.elasticity.deformation_gradients(frame.positions))[0])
+    assert ratios[0.0] == pytest.approx(0.05, rel=1e-6)
+    assert 0.18 < ratios[0.2] < 0.2, ratios

@@ -86,6 +86,28 @@ def test_objective_gradient_matches_finite_differences(problem_and_point, part):
         assert gradient @ direction == pytest.approx(_central_difference(problem.objective, z, direction), rel=1e-6)
 
 
+def test_the_equilibrium_rows_hold_the_forward_solves_volume_floor(full_space):
+    """r = Pᵀ∇E is the forward solve's force, volume floor included: on the rest shape squashed
+    to a tenth of its height (every tet below the floor) the tissue gradient is the frame
+    objective's, and the tissue Hessian its derivative."""
+    layout = full_space.layout
+    face = layout.face
+    assert layout.volume_floor is not None
+    material = face.material(neutral_activations(layout.active_count))
+    rest = np.asarray(face.model["rest_positions"], dtype=np.float64)
+    x = (rest.mean(axis=0) + (rest - rest.mean(axis=0)) * [1.0, 0.1, 1.0]).ravel()
+    assert (layout.volume_floor.volume_ratios(x) < layout.volume_floor.floor).all()
+    objective = face.simulator.objective
+    objective.material, objective.constant_force = material, np.zeros_like(x)
+    gradient = layout.tissue_gradient(x, material)
+    np.testing.assert_allclose(gradient, objective.gradient(x), rtol=1e-12, atol=1e-12 * np.abs(gradient).max())
+    assert np.linalg.norm(layout.volume_floor.gradient(x)) > 0.1 * np.linalg.norm(gradient)
+    direction = np.random.default_rng(7).normal(size=x.size) * 1e-3
+    finite = _central_difference(lambda y: layout.tissue_gradient(y, material), x, direction)
+    product = layout.tissue_hessian(x, material) @ direction
+    assert np.linalg.norm(product - finite) <= 1e-6 * np.linalg.norm(finite)
+
+
 def test_gauss_newton_hessian_is_exact_in_the_node_positions(problem_and_point):
     """f_fit is quadratic in the reduced positions u, so its Gauss–Newton Hessian in the u–u
     block, and in the u–jaw-translation block, is the exact derivative of the gradient.

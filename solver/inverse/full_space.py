@@ -12,8 +12,8 @@ f_fit, R_act, R_sparse, the weights and γ are ShapeFitter's own (fit.py), so bo
 minimise the same function. q are the reduced node coordinates of the bone constraints
 (free nodes 3, sliding nodes 2, pinned nodes 0), measured from the neutral equilibrium in
 ℓ = 1 mm; the jaw is scaled as in fit.py, so every unknown is of order one. E has exactly the
-terms of the quasi-static forward solve (elasticity and gravity; StaticFace has no wind or
-inertia), so r = 0 is the equilibrium `StaticFace.solve` finds.
+terms of the quasi-static forward solve (elasticity with its volume floor, and gravity;
+StaticFace has no wind or inertia), so r = 0 is the equilibrium `StaticFace.solve` finds.
 
 Derivatives. With H = ∇²E, K = Pᵀ H P (exact, not PSD-projected: it is a Jacobian, not a
 model of curvature), C = ∂∇E/∂a (activation_derivatives.ActivationCoupling) and ẋ_k, Ṗ_k the
@@ -91,6 +91,7 @@ from ..physics.activation import NEUTRAL_ACTIVATION, symmetric_from_vector, vect
 from ..physics.activation_derivatives import ActivationCoupling
 from ..physics.bones import bone_transforms
 from ..physics.constraints import BoneConstraints
+from ..physics.frame_objective import tissue_volume_floor
 from .equilibrium import JAW_DIFFERENCE_STEP, JAW_PARAMETER_COUNT
 from .fit import (JAW_SCALE, MILLIMETRE, MIN_ACTIVATION_EIGENVALUE, NEUTRAL_SHAPE_MOTION, ShapeFit, ShapeFitter,
                   face_errors_mm)
@@ -223,7 +224,7 @@ class FullSpaceProblem:
         q = layout.rest_q + LENGTH_UNIT * u
         x = P @ q + c
         material = layout.face.material(activations)
-        gradient = layout.elasticity.gradient(x, material) - layout.constant_force
+        gradient = layout.tissue_gradient(x, material) - layout.constant_force
         self._point = _Point(z.copy(), activations.copy(), jaw, transforms, P, c, q, x, material, gradient)
         return self._point
 
@@ -248,7 +249,7 @@ class FullSpaceProblem:
         if point.reduced_hessian is None:
             layout = self.layout
             layout.constraints.reduction(*point.transforms)
-            point.hessian = layout.elasticity.hessian(point.x, point.material, project=False)
+            point.hessian = layout.tissue_hessian(point.x, point.material)
             point.reduced_hessian = layout.reduce(point.hessian)
             point.coupling = ActivationCoupling(layout.elasticity, point.material, point.x)
             if not np.array_equal(point.coupling.active_tets, layout.face.active_tets):
@@ -477,7 +478,12 @@ class _Layout:
         rest = shape_fitter.rest_state
         constraints.reduction(*self.bone_transforms(np.zeros(JAW_PARAMETER_COUNT)))
         self.rest_q = constraints.q_from_x(rest.x)
-        rest_hessian = self.elasticity.hessian(rest.x, face.material(rest.activations), project=False)
+        # The forward solve's volume floor (SimulationSettings.volume_floor) is part of E: its
+        # stiffness follows λ and the tet volumes, not the activation, so one serves every z.
+        settings = face.simulator.settings
+        self.volume_floor = tissue_volume_floor(self.elasticity, face.simulator.neutral_material,
+                                                settings.volume_floor, settings.volume_floor_stiffness)
+        rest_hessian = self.tissue_hessian(rest.x, face.material(rest.activations))
         reduced = self.reduce(rest_hessian)
         self._reduced_indptr, self._reduced_indices = reduced.indptr, reduced.indices
         self.row_scale = 1.0 / (LENGTH_UNIT * reduced.diagonal())
@@ -529,6 +535,18 @@ class _Layout:
         self._vertex_embedding_weights = np.asarray(model["skin_embedding_weights"], dtype=np.float64)
         self._vertex_weight = shape_fitter.vertex_weight
         self._point_to_plane = shape_fitter.settings.point_to_plane
+
+    def tissue_gradient(self, x, material) -> np.ndarray:
+        """∇E of the tissue: co-rotated elasticity plus the volume floor, as the forward solve has it."""
+        gradient = self.elasticity.gradient(x, material)
+        return gradient if self.volume_floor is None else gradient + self.volume_floor.gradient(x)
+
+    def tissue_hessian(self, x, material) -> sp.csr_matrix:
+        """∇²E of the tissue (exact, on the elastic pattern)."""
+        hessian = self.elasticity.hessian(x, material, project=False)
+        if self.volume_floor is not None:
+            self.volume_floor.add_hessian_into(hessian.data, x, project=False)
+        return hessian
 
     def bone_transforms(self, jaw):
         """(skull, jaw) world transforms with the head at rest."""

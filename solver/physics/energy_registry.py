@@ -20,6 +20,7 @@ from ..collisions.contacts import ContactPlanes
 from .contact import AugmentedLagrangianContact, SkinEmbedding
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .simple_energies import GravityEnergy, InertiaEnergy
+from .volume_floor import VolumeFloor
 
 
 class EnergyTerm(Protocol):
@@ -145,6 +146,15 @@ def _augmented_lagrangian_contact(rest_positions, tets, rng) -> RegisteredEnergy
                             rigid_motion_invariant=False, rest_is_equilibrium=False)
 
 
+def _volume_floor(rest_positions, tets, rng) -> RegisteredEnergy:
+    """A floor above the rest volume (1.5–2 times it), so that every tet of every test
+    configuration is below it and has derivatives to check; tests/test_energy_derivatives.py
+    checks separately that a floor below 1 leaves the rest shape and tets above it alone."""
+    return RegisteredEnergy(VolumeFloor(CorotatedElasticity(rest_positions, tets), floor=rng.uniform(1.5, 2.0),
+                                        stiffness=rng.uniform(0.5, 2.0, len(tets))),
+                            rigid_motion_invariant=True, rest_is_equilibrium=False)
+
+
 EnergyFactory = Callable[[np.ndarray, np.ndarray, np.random.Generator], RegisteredEnergy]
 
 REGISTERED_ENERGIES: dict[str, EnergyFactory] = {
@@ -154,4 +164,5 @@ REGISTERED_ENERGIES: dict[str, EnergyFactory] = {
     "gravity": _gravity,
     "inertia": _inertia,
     "augmented_lagrangian_contact": _augmented_lagrangian_contact,
+    "volume_floor": _volume_floor,
 }

@@ -1,7 +1,8 @@
 """The energy one time step minimises, as the Newton solver sees it (simulator.py's docstring
-has the terms): the tissue (corotated.py) plus gravity and wind as a constant force, the
-backward-Euler inertia of a dynamic step, and the contact round's augmented-Lagrangian term
-(contact.py), on flat node-major x with one fixed Hessian pattern.
+has the terms): the tissue (corotated.py, with the volume floor of volume_floor.py) plus gravity
+and wind as a constant force, the backward-Euler inertia of a dynamic step, and the contact
+round's augmented-Lagrangian term (contact.py), on flat node-major x with one fixed Hessian
+pattern.
 
 ``restricted`` gives the same energy on a sub-mesh with the rest of the nodes held, for the
 contact region's relaxation (contact_region.py)."""
@@ -12,6 +13,18 @@ from typing import Optional
 import numpy as np
 
 from .corotated import CorotatedElasticity, TetMaterial
+from .volume_floor import VolumeFloor
+
+
+def tissue_volume_floor(elasticity: CorotatedElasticity, material: TetMaterial, floor: float,
+                        stiffness_ratio: float) -> Optional[VolumeFloor]:
+    """The tissue's volume floor (SimulationSettings.volume_floor): κ_t = ratio · λ_t · V_t, so it
+    scales with the tet's own volume stiffness (λ (J − 1)² per unit volume) and follows the
+    stiffness maps; None when switched off."""
+    if floor <= 0.0 or stiffness_ratio <= 0.0:
+        return None
+    volume = (material.passive_weight + material.active_weight) * elasticity.volume_scale
+    return VolumeFloor(elasticity, floor, stiffness_ratio * material.lam * volume)
 
 
 class FrameObjective:
@@ -32,6 +45,22 @@ class FrameObjective:
         # linear convergence near equilibrium); where it is indefinite beyond what a small
         # diagonal shift mends, the solver takes that step on projected_hessian (newton.py).
         self.project_hessian = False
+        # The volume floor: share J₀ of the rest volume and κ / (λ V) (0: off); its VolumeFloor
+        # is rebuilt only when the material changes.
+        self.volume_floor_share = 0.0
+        self.volume_floor_stiffness = 0.0
+        self._floor_for = None
+
+    @property
+    def volume_floor(self) -> Optional[VolumeFloor]:
+        """The tissue's volume floor for the current material (None when off)."""
+        settings = (self.volume_floor_share, self.volume_floor_stiffness)
+        cached = self._floor_for
+        # The cache holds the material itself, so `is` cannot match a new one at a reused address.
+        if cached is None or cached[0] is not self.material or cached[1] != settings:
+            floor = None if self.material is None else tissue_volume_floor(self.elasticity, self.material, *settings)
+            self._floor_for = cached = (self.material, settings, floor)
+        return cached[2]
 
     def _inertia_weight(self):
         return self.lumped_mass / self.time_step ** 2 if self.inertia_target is not None else None
@@ -51,14 +80,19 @@ class FrameObjective:
         inertia and contact."""
         weight = self._inertia_weight()
         offset = x - self.inertia_target if weight is not None else None
+        floor = self.volume_floor
         if value is not None:
             value = value - self.constant_force @ x
+            if floor is not None:
+                value += floor.energy(x)
             if weight is not None:
                 value += 0.5 * offset @ (weight * offset)
             if self.contact is not None:
                 value += self.contact.energy(x)
         if gradient is not None:
             gradient = gradient - self.constant_force
+            if floor is not None:
+                gradient += floor.gradient(x)
             if weight is not None:
                 gradient += weight * offset
             if self.contact is not None:
@@ -80,6 +114,9 @@ class FrameObjective:
 
     def _hessian(self, x, project: bool):
         hessian = self.elasticity.hessian(x, self.material, project=project)
+        floor = self.volume_floor
+        if floor is not None:
+            floor.add_hessian_into(hessian.data, x, project)
         weight = self._inertia_weight()
         if weight is not None:
             hessian.data[self.elasticity.diagonal_entry_positions] += weight
@@ -101,6 +138,8 @@ class FrameObjective:
         if self.inertia_target is not None:
             restricted.inertia_target, restricted.time_step = self.inertia_target[dofs], self.time_step
         restricted.project_hessian = self.project_hessian
+        restricted.volume_floor_share = self.volume_floor_share
+        restricted.volume_floor_stiffness = self.volume_floor_stiffness
         if self.contact is not None:
             restricted.contact = self.contact.on_embedding(region.embedding, hessian_layout=elasticity)
         return restricted

@@ -99,6 +99,12 @@ class SimulationSettings:
     # jawOpen at weight 1 (largest change 1.0) ended 3.5 mm from where ramps of 2-20 frames end
     # (docs/physics.md, "Two equilibria"). None: every frame in one step.
     max_activation_change_per_load_step: Optional[float] = 0.2
+    # The volume floor (volume_floor.py): every tet squeezed below this share of its rest volume
+    # pays κ/2 (J₀ − J)², κ = volume_floor_stiffness · λ · V. The co-rotated energy resists
+    # crushing only as λ (J − 1)², finite through J = 0: blends of fitted ICT shapes inverted
+    # 1–3 tets in 3 of 40 random poses (docs/physics.md, "Volume floor"). 0: off.
+    volume_floor: float = 0.2
+    volume_floor_stiffness: float = 50.0
 
     def __post_init__(self):
         if self.contact_solver not in CONTACT_SOLVERS:
@@ -107,6 +113,9 @@ class SimulationSettings:
             raise ValueError("load_step_budget and max_load_halvings must be ≥ 0")
         if self.max_activation_change_per_load_step is not None and not self.max_activation_change_per_load_step > 0.0:
             raise ValueError("max_activation_change_per_load_step must be positive (or None: no load steps)")
+        if not (0.0 <= self.volume_floor < 1.0 and self.volume_floor_stiffness >= 0.0):
+            raise ValueError("volume_floor must be a share of the rest volume in [0, 1) (0: off) and "
+                             "volume_floor_stiffness ≥ 0")
         if not (self.contact_tolerance > 0.0 and self.max_contact_rounds >= 1 and self.contact_stiffness_factor > 0.0
                 and self.contact_margin >= 0.0 and self.contact_region_rings >= 0):
             raise ValueError("contact_tolerance and contact_stiffness_factor must be positive, max_contact_rounds ≥ 1, "
@@ -231,6 +240,7 @@ class FaceSimulator:
         self.node_mass = np.asarray(model["node_mass"], dtype=np.float64) * multiplier
         self.constraints = BoneConstraints(model)
         self.objective = FrameObjective(self.elasticity, self.node_mass)
+        self.objective.volume_floor_share, self.objective.volume_floor_stiffness = s.volume_floor, s.volume_floor_stiffness
         self.solver = NewtonSolver(self.objective, self.constraints, tolerance=s.tolerance,
                                    max_iterations=s.max_iterations)
         # Gravity points down in the rig's rest pose: the head frame's up axis at rest.

@@ -1,0 +1,164 @@
+"""A penalty on tets squeezed below a floor of their rest volume: E = κ/2 Σ_t (J₀ − J_t)₊², J = det F.
+
+Part of the tissue's energy in the forward solve (SimulationSettings.volume_floor; docs/physics.md,
+"Energy"). The co-rotated energy resists a change of volume only as λ (J − 1)², finite through
+J = 0, so a tet the tissue around it pushes hard enough passes through zero volume and turns
+inside out: blends of fitted ICT shapes did, at the mouth. Tissue is nearly incompressible, so
+no expression asks for a tet at a fifth of its volume; the floor is zero on every tet at or
+above J₀ and changes nothing there.
+
+Three tiers as for the elasticity: per-element value, gradient ∂E/∂F and 9×9 Hessian on stacked
+deformation gradients; whole-mesh energy, gradient and Hessian on the elasticity's pattern. J
+of every tet comes from one numba pass; everything else is assembled only for the few tets below
+the floor.
+
+    ∂J/∂F = cof F,   ∂²J/∂F_ij ∂F_kl = ε_ikm ε_jln F_mn,
+    ∂²E/∂F² = κ [cof F ⊗ cof F − (J₀ − J) ∂²J/∂F²]   (J < J₀)
+
+The second term is indefinite; `hessian(project=True)` clamps each tet's 12×12 block to its
+positive part, as the elasticity does.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse
+from numba import njit
+
+from .corotated import CorotatedElasticity
+
+_LEVI_CIVITA = np.zeros((3, 3, 3))
+for _i, _j, _k in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+    _LEVI_CIVITA[_i, _j, _k], _LEVI_CIVITA[_i, _k, _j] = 1.0, -1.0
+
+
+def cofactors(F) -> np.ndarray:
+    """(M,3,3) cof F = ∂ det F / ∂F for stacked F (M,3,3); defined for singular F too."""
+    return 0.5 * np.einsum("ikm,jln,akl,amn->aij", _LEVI_CIVITA, _LEVI_CIVITA, F, F)
+
+
+def floor_element_energies(F, floor: float, stiffness) -> np.ndarray:
+    """(M,) κ/2 (J₀ − J)₊² for stacked F (M,3,3); stiffness κ a scalar or (M,)."""
+    shortfall = np.maximum(floor - np.linalg.det(F), 0.0)
+    return 0.5 * _per_element(stiffness, len(F)) * shortfall ** 2
+
+
+def floor_element_gradients(F, floor: float, stiffness) -> np.ndarray:
+    """(M,3,3) ∂E/∂F = −κ (J₀ − J)₊ cof F."""
+    shortfall = np.maximum(floor - np.linalg.det(F), 0.0)
+    return -(_per_element(stiffness, len(F)) * shortfall)[:, None, None] * cofactors(F)
+
+
+def floor_element_hessians(F, floor: float, stiffness) -> np.ndarray:
+    """(M,9,9) ∂²E/∂F² (row-major flattening of F); zero for tets at or above the floor."""
+    shortfall = np.maximum(floor - np.linalg.det(F), 0.0)
+    cofactor = cofactors(F).reshape(-1, 9)
+    curvature = np.einsum("ikm,jln,amn->aijkl", _LEVI_CIVITA, _LEVI_CIVITA, F).reshape(-1, 9, 9)
+    hessians = cofactor[:, :, None] * cofactor[:, None, :] - shortfall[:, None, None] * curvature
+    return _per_element(stiffness, len(F))[:, None, None] * np.where((shortfall > 0.0)[:, None, None], hessians, 0.0)
+
+
+@njit(cache=True)
+def _volume_ratios(x, tets, shape_gradients, ratios):
+    """det F of every tet into `ratios`, F[c, b] = Σ_n x[tet[n], c] G[n, b], without forming the
+    (M,3,3) stack: the forward solve asks for it at every line-search trial, where the floor
+    would otherwise cost a third of the elastic energy's time."""
+    F = np.empty((3, 3))
+    for t in range(tets.shape[0]):
+        for c in range(3):
+            for b in range(3):
+                total = 0.0
+                for n in range(4):
+                    total += x[tets[t, n], c] * shape_gradients[t, n, b]
+                F[c, b] = total
+        ratios[t] = (F[0, 0] * (F[1, 1] * F[2, 2] - F[1, 2] * F[2, 1])
+                     - F[0, 1] * (F[1, 0] * F[2, 2] - F[1, 2] * F[2, 0])
+                     + F[0, 2] * (F[1, 0] * F[2, 1] - F[1, 1] * F[2, 0]))
+
+
+def _per_element(stiffness, count: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(stiffness, dtype=np.float64), (count,))
+
+
+class VolumeFloor:
+    """The floor penalty on one tet mesh (the elasticity's shape gradients and Hessian pattern),
+    with one stiffness κ for every tet or one per tet ((M,), e.g. in J for forward physics)."""
+
+    def __init__(self, elasticity: CorotatedElasticity, floor: float = 0.2, stiffness=1.0):
+        if not (np.isfinite(floor) and floor > 0.0):
+            raise ValueError(f"volume floor: expected a positive share of the rest volume, found {floor}")
+        try:
+            stiffness = _per_element(stiffness, elasticity.element_count).copy()
+        except ValueError:
+            raise ValueError(f"volume floor stiffness: expected one number or one per tet "
+                             f"({elasticity.element_count}), found shape {np.shape(stiffness)}") from None
+        if not (np.isfinite(stiffness).all() and (stiffness >= 0.0).all()):
+            raise ValueError("volume floor stiffness: expected non-negative finite numbers")
+        self.elasticity, self.floor, self.stiffness = elasticity, float(floor), stiffness
+
+    # ------------------------------------------------------------------ per tet
+
+    def volume_ratios(self, x) -> np.ndarray:
+        """(M,) J = det F: each tet's volume over its rest volume (negative when inverted)."""
+        elasticity = self.elasticity
+        positions = np.ascontiguousarray(np.asarray(x, dtype=np.float64).reshape(-1, 3))
+        if len(positions) != elasticity.node_count or not np.isfinite(positions).all():
+            raise ValueError(f"x: expected {elasticity.node_count} finite node positions")
+        ratios = np.empty(elasticity.element_count)
+        _volume_ratios(positions, elasticity.tets, elasticity.shape_gradients, ratios)
+        return ratios
+
+    def _below(self, x):
+        """(tets below the floor, their F (k,3,3))."""
+        below = np.flatnonzero(self.volume_ratios(x) < self.floor)
+        element_positions = np.asarray(x, dtype=np.float64).reshape(-1, 3)[self.elasticity.tets[below]]
+        return below, element_positions.transpose(0, 2, 1) @ self.elasticity.shape_gradients[below]
+
+    def _node_columns(self, tets):
+        """(k,12) global coordinate index of each tet's local entry 3n + c."""
+        return (3 * self.elasticity.tets[tets][:, :, None] + np.arange(3)).reshape(len(tets), 12)
+
+    def _to_nodes(self, tets, per_F) -> np.ndarray:
+        """(k,4,3) ∂/∂x of the tets' nodes from ∂/∂F (k,3,3): Σ_b (∂/∂F)[c,b] G[n,b]."""
+        return np.einsum("acb,anb->anc", per_F, self.elasticity.shape_gradients[tets])
+
+    # ------------------------------------------------------------------ whole mesh
+
+    def energy(self, x) -> float:
+        below, F = self._below(x)
+        return float(floor_element_energies(F, self.floor, self.stiffness[below]).sum())
+
+    def gradient(self, x) -> np.ndarray:
+        """∂E/∂x (3N,), node-major."""
+        below, F = self._below(x)
+        gradient = np.zeros(3 * self.elasticity.node_count)
+        node_gradients = self._to_nodes(below, floor_element_gradients(F, self.floor, self.stiffness[below]))
+        np.add.at(gradient, self._node_columns(below).ravel(), node_gradients.ravel())
+        return gradient
+
+    def _hessian_blocks(self, x, project: bool):
+        """(tets below the floor, their 12×12 blocks of ∂²E/∂x²)."""
+        below, F = self._below(x)
+        hessian_F = floor_element_hessians(F, self.floor, self.stiffness[below]).reshape(-1, 3, 3, 3, 3)
+        G = self.elasticity.shape_gradients[below]
+        # (3i+c, 3j+e) = Σ_{b,f} H[c,b,e,f] G[i,b] G[j,f]
+        blocks = np.einsum("acbef,aib,ajf->aicje", hessian_F, G, G).reshape(-1, 12, 12)
+        if project:
+            eigenvalues, eigenvectors = np.linalg.eigh(blocks)
+            blocks = np.einsum("aik,ak,ajk->aij", eigenvectors, np.maximum(eigenvalues, 0.0), eigenvectors)
+        return below, blocks
+
+    def hessian(self, x, project: bool = True) -> scipy.sparse.csr_matrix:
+        """∂²E/∂x² on the elasticity's Hessian pattern (so it adds to the elastic Hessian entry by
+        entry); each tet's 12×12 block clamped to positive semi-definite when `project`."""
+        elasticity = self.elasticity
+        data = np.zeros(len(elasticity.hessian_indices))
+        self.add_hessian_into(data, x, project)
+        size = 3 * elasticity.node_count
+        return scipy.sparse.csr_matrix((data, elasticity.hessian_indices, elasticity.hessian_indptr),
+                                       shape=(size, size))
+
+    def add_hessian_into(self, data, x, project: bool = True) -> None:
+        """Add ∂²E/∂x² to the data array of a matrix on the elasticity's Hessian pattern (the
+        frame's Hessian), without assembling a matrix of its own."""
+        below, blocks = self._hessian_blocks(x, project)
+        np.add.at(data, self.elasticity.element_entry_positions[below].ravel(), blocks.ravel())
