@@ -313,7 +313,10 @@ def test_block_products_with_the_jacobian_match_one_direction_at_a_time(demo_mod
 def test_a_linearisation_keeps_its_products_while_the_face_solves_other_equilibria(demo_model, membership):
     """The fit uses a linearisation again after a rejected trial, whose Newton solve refactorised
     the solver's kept factor in place: the linearisation holds its own copy (with the shared
-    factor, J v moved by 1.3 × its own size here)."""
+    factor, J v moved by 1.3 × its own size here). Whether the other solve converges does not
+    matter: this random pose, which would invert tets without the volume floor, stalls with it
+    at a residual of 8.7e-8 against the 5e-8 asked (the floor's curvature jumps at J₀ = 0.2;
+    docs/physics.md, "Energy"), after refactorising many times."""
     face, a, b, state, linear = _linearised_equilibrium(demo_model, membership, 1e-8, 3, 0.05,
                                                         [0.04, 0.01, 0.0, 0.001, 0.0])
     rng = np.random.default_rng(1)
@@ -321,7 +324,7 @@ def test_a_linearisation_keeps_its_products_while_the_face_solves_other_equilibr
     before = linear.skin_product(da, db)
     other = face.solve(_random_activations(membership, 4, scale=0.3), np.array([0.2, 0.0, 0.0, 0.0, 0.0]),
                        start=state.x)
-    assert other.converged and face.simulator.solver.linear_solver.factorisations > 1
+    assert other.iterations > 1 and face.simulator.solver.linear_solver.factorisations > 1
     np.testing.assert_array_equal(linear.skin_product(da, db), before)
 
 
