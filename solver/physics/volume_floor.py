@@ -100,9 +100,7 @@ class VolumeFloor:
     def volume_ratios(self, x) -> np.ndarray:
         """(M,) J = det F: each tet's volume over its rest volume (negative when inverted)."""
         elasticity = self.elasticity
-        positions = np.ascontiguousarray(np.asarray(x, dtype=np.float64).reshape(-1, 3))
-        if len(positions) != elasticity.node_count or not np.isfinite(positions).all():
-            raise ValueError(f"x: expected {elasticity.node_count} finite node positions")
+        positions = np.ascontiguousarray(elasticity._positions(x))      # the elasticity's own checks of x
         ratios = np.empty(elasticity.element_count)
         _volume_ratios(positions, elasticity.tets, elasticity.shape_gradients, ratios)
         return ratios
