@@ -71,3 +71,6 @@ def test_volume_ratios_and_the_hessian_added_in_place_agree_with_the_plain_ones(
         floor.add_hessian_into(data, x, project)
         np.testing.assert_allclose(data - 1.0, hessian.data, rtol=0.0, atol=1e-12 * np.abs(hessian.data).max())
     assert floor.energy(x) > 0.0
+    energy, gradient = floor.energy_and_gradient(x)
+    assert energy == floor.energy(x)
+    np.testing.assert_array_equal(gradient, floor.gradient(x))

@@ -81,18 +81,26 @@ class FrameObjective:
         weight = self._inertia_weight()
         offset = x - self.inertia_target if weight is not None else None
         floor = self.volume_floor
+        floor_value = floor_gradient = None
+        if floor is not None:
+            if value is not None and gradient is not None:
+                floor_value, floor_gradient = floor.energy_and_gradient(x)
+            elif value is not None:
+                floor_value = floor.energy(x)
+            else:
+                floor_gradient = floor.gradient(x)
         if value is not None:
             value = value - self.constant_force @ x
-            if floor is not None:
-                value += floor.energy(x)
+            if floor_value is not None:
+                value += floor_value
             if weight is not None:
                 value += 0.5 * offset @ (weight * offset)
             if self.contact is not None:
                 value += self.contact.energy(x)
         if gradient is not None:
             gradient = gradient - self.constant_force
-            if floor is not None:
-                gradient += floor.gradient(x)
+            if floor_gradient is not None:
+                gradient += floor_gradient
             if weight is not None:
                 gradient += weight * offset
             if self.contact is not None:

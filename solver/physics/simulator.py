@@ -102,7 +102,7 @@ class SimulationSettings:
     # The volume floor (volume_floor.py): every tet squeezed below this share of its rest volume
     # pays κ/2 (J₀ − J)², κ = volume_floor_stiffness · λ · V. The co-rotated energy resists
     # crushing only as λ (J − 1)², finite through J = 0: blends of fitted ICT shapes inverted
-    # 1–3 tets in 3 of 40 random poses (docs/physics.md, "Volume floor"). 0: off.
+    # 1–3 tets in 3 of 40 random poses (docs/physics.md, "Energy"). 0: off.
     volume_floor: float = 0.2
     volume_floor_stiffness: float = 50.0
 

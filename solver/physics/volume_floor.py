@@ -24,16 +24,30 @@ import numpy as np
 import scipy.sparse
 from numba import njit
 
-from .corotated import CorotatedElasticity
+from .corotated import CorotatedElasticity, _add_volume_hessian, _cofactor, _det3
 
-_LEVI_CIVITA = np.zeros((3, 3, 3))
-for _i, _j, _k in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
-    _LEVI_CIVITA[_i, _j, _k], _LEVI_CIVITA[_i, _k, _j] = 1.0, -1.0
+
+@njit(cache=True)
+def _stacked_cofactors(F, out):
+    for t in range(F.shape[0]):
+        out[t] = _cofactor(F[t])
+
+
+@njit(cache=True)
+def _floor_hessians(F, shortfall, stiffness, out):
+    """out[t] += κ [cof ⊗ cof − (J₀ − J) ∂²J/∂F²] for the tets below the floor (the elasticity's
+    own volume-term kernel, with the floor's coefficients)."""
+    for t in range(F.shape[0]):
+        if shortfall[t] > 0.0:
+            _add_volume_hessian(F[t], _cofactor(F[t]), stiffness[t], -stiffness[t] * shortfall[t], out[t])
 
 
 def cofactors(F) -> np.ndarray:
     """(M,3,3) cof F = ∂ det F / ∂F for stacked F (M,3,3); defined for singular F too."""
-    return 0.5 * np.einsum("ikm,jln,akl,amn->aij", _LEVI_CIVITA, _LEVI_CIVITA, F, F)
+    F = np.ascontiguousarray(F, dtype=np.float64)
+    out = np.empty_like(F)
+    _stacked_cofactors(F, out)
+    return out
 
 
 def floor_element_energies(F, floor: float, stiffness) -> np.ndarray:
@@ -50,11 +64,11 @@ def floor_element_gradients(F, floor: float, stiffness) -> np.ndarray:
 
 def floor_element_hessians(F, floor: float, stiffness) -> np.ndarray:
     """(M,9,9) ∂²E/∂F² (row-major flattening of F); zero for tets at or above the floor."""
+    F = np.ascontiguousarray(F, dtype=np.float64)
     shortfall = np.maximum(floor - np.linalg.det(F), 0.0)
-    cofactor = cofactors(F).reshape(-1, 9)
-    curvature = np.einsum("ikm,jln,amn->aijkl", _LEVI_CIVITA, _LEVI_CIVITA, F).reshape(-1, 9, 9)
-    hessians = cofactor[:, :, None] * cofactor[:, None, :] - shortfall[:, None, None] * curvature
-    return _per_element(stiffness, len(F))[:, None, None] * np.where((shortfall > 0.0)[:, None, None], hessians, 0.0)
+    hessians = np.zeros((len(F), 9, 9))
+    _floor_hessians(F, shortfall, np.ascontiguousarray(_per_element(stiffness, len(F))), hessians)
+    return hessians
 
 
 @njit(cache=True)
@@ -70,9 +84,7 @@ def _volume_ratios(x, tets, shape_gradients, ratios):
                 for n in range(4):
                     total += x[tets[t, n], c] * shape_gradients[t, n, b]
                 F[c, b] = total
-        ratios[t] = (F[0, 0] * (F[1, 1] * F[2, 2] - F[1, 2] * F[2, 1])
-                     - F[0, 1] * (F[1, 0] * F[2, 2] - F[1, 2] * F[2, 0])
-                     + F[0, 2] * (F[1, 0] * F[2, 1] - F[1, 1] * F[2, 0]))
+        ratios[t] = _det3(F)
 
 
 def _per_element(stiffness, count: int) -> np.ndarray:
@@ -127,7 +139,14 @@ class VolumeFloor:
 
     def gradient(self, x) -> np.ndarray:
         """∂E/∂x (3N,), node-major."""
+        return self._gradient(*self._below(x))
+
+    def energy_and_gradient(self, x) -> tuple[float, np.ndarray]:
+        """Both from one pass over the tets' volumes (the line search of a Newton step wants both)."""
         below, F = self._below(x)
+        return float(floor_element_energies(F, self.floor, self.stiffness[below]).sum()), self._gradient(below, F)
+
+    def _gradient(self, below, F) -> np.ndarray:
         gradient = np.zeros(3 * self.elasticity.node_count)
         node_gradients = self._to_nodes(below, floor_element_gradients(F, self.floor, self.stiffness[below]))
         np.add.at(gradient, self._node_columns(below).ravel(), node_gradients.ravel())
