@@ -1,8 +1,12 @@
 """Benchmark the co-rotated energy's assembly on a face model.
 
-Run from the repository root:  .venv/bin/python bench/energy_assembly.py [--target-tets N] [--repeats R]
+Run from the repository root:
+    .venv/bin/python bench/energy_assembly.py [--target-tets N | --model MODEL.npz] [--repeats R] [--threads T]
 
-The model is the demo head built at --target-tets (35000 by default, the builder's default).
+The model is the demo head built at --target-tets (35000 by default, the builder's default), or
+a saved one (bench/fit.py --model keeps the ICT face's). --threads: numba's threads for the
+timed calls (default: all); 1 is what a worker of `fit --jobs N` runs on, and there the tets are
+assembled in one pass sorted by their lowest node instead of colour by colour.
 Compile time is measured in a fresh subprocess with an empty numba cache (what a first run on a
 new machine pays), and the cache load in a second one. Then, in this process, the one-off
 setup (rest shape, Hessian pattern, tet colouring) and the per-call times of: energy only (a
@@ -30,6 +34,7 @@ from fresh_interpreter import report_first_calls  # noqa: E402
 
 from solver.demo_head import make_demo_rig  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
+from solver.model_file import load_model  # noqa: E402
 from solver.physics.corotated import CorotatedElasticity, TetMaterial, corotated_element_hessians  # noqa: E402
 from solver.physics.energy_registry import random_activations  # noqa: E402
 
@@ -65,12 +70,17 @@ def timed(function, repeats: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target-tets", type=int, default=35000)
+    parser.add_argument("--model", type=Path, help="a saved model instead of the demo head")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--threads", type=int, help="numba threads for the timed calls (default: all)")
     arguments = parser.parse_args()
 
     report_first_calls(_FIRST_CALL_SCRIPT, ("import", "mesh assembly", "element kernels"))
 
-    model = build_model(make_demo_rig(), BuildOptions(target_tets=arguments.target_tets))
+    if arguments.threads:
+        numba.set_num_threads(arguments.threads)
+    model = load_model(arguments.model) if arguments.model else \
+        build_model(make_demo_rig(), BuildOptions(target_tets=arguments.target_tets))
     rest_positions, tets = model["rest_positions"], model["tets"]
     CorotatedElasticity(np.eye(4, 3, k=-1), [[0, 1, 2, 3]])  # load the colouring kernel before timing the setup
     setup_start = time.perf_counter()

@@ -360,6 +360,31 @@ def test_combined_evaluation_and_convenience_call_agree():
     assert energy == pytest.approx(element_energies.sum(), rel=1e-13)
 
 
+def test_one_thread_in_locality_order_and_colours_on_several_assemble_the_same():
+    """A worker on one thread assembles every tet in one pass sorted by its lowest node, several
+    threads assemble colour by colour: the same energy, gradient and Hessian up to summation order."""
+    import numba
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba has one thread here: only the one-pass order can run")
+    rng = np.random.default_rng(16)
+    rest_positions, tets = cube_of_tets(3)
+    elasticity = CorotatedElasticity(rest_positions, tets)
+    assert np.array_equal(np.sort(elasticity._locality_order), np.arange(len(tets)))
+    material = random_material(rng, elasticity)
+    x = deformed(rest_positions, tets, "random", rng)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = elasticity.energy_gradient_hessian(x, material, project=True)
+        numba.set_num_threads(2)
+        several = elasticity.energy_gradient_hessian(x, material, project=True)
+    finally:
+        numba.set_num_threads(threads)
+    assert one[0] == pytest.approx(several[0], rel=1e-13)
+    assert np.allclose(one[1], several[1], rtol=0, atol=1e-13 * np.abs(several[1]).max())
+    assert abs(one[2] - several[2]).max() <= 1e-13 * abs(several[2]).max()
+
+
 def test_uniform_rest_scale_scales_shape_and_volume():
     """F = D_s (s D_m)⁻¹ and V → s³ V: E_s(x) = s³ E_1(x / s), and x = s·rest is at rest."""
     rng = np.random.default_rng(16)
