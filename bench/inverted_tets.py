@@ -134,13 +134,15 @@ def main():
             name, weight = term.split("=")
             weights[0, names.index(name)] = float(weight)
         try:
-            played = blend(fit, weights, 24.0, np.eye(4)[None], detail=False).activations
+            blended = blend(fit, weights, 24.0, np.eye(4)[None], detail=False)
         except AnimationInputError as error:
             print(f"{pose:<40} refused: {error}", flush=True)
             continue
+        played = blended.activations
         simulator.return_to_rest()
         step = simulator.step(played.tet_activations(model, 0), played.jaw[0], played.head_transforms[0], frame=0)
-        if _report(pose, simulator, step, model):
+        held = int(blended.held_tets[0])
+        if _report(pose + (f" ({held} muscle tets held at the blend floor)" if held else ""), simulator, step, model):
             inverting.append(pose)
     print(f"{len(inverting)} of {len(poses)} poses invert a tet" + (f": {', '.join(inverting)}" if inverting else ""))
 

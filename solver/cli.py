@@ -45,6 +45,9 @@ class _Reporter:
     def result(self, **fields):
         self._emit("result", **fields)
 
+    def warning(self, message):
+        self._emit("warning", message=message)
+
     def error(self, message):
         self._emit("error", message=message)
 
@@ -108,6 +111,8 @@ def _animate(args, report):
         weights, _, fps, head_transforms = load_weights(args.weights, fit)
         blended = blend(fit, weights, fps, head_transforms, detail=not args.no_detail)
         activations, detail = blended.activations, blended.detail
+        if blended.held_warning():
+            report.warning(blended.held_warning())
     maps = load_maps(args.maps, model) if args.maps else None
     settings = SimulationSettings(dynamic=args.dynamic, gravity=args.gravity, fps=activations.fps,
                                   substeps=args.substeps, wind=args.wind, contact_solver=args.contact_solver)

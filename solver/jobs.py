@@ -494,6 +494,8 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
         with_detail = settings["detail"] is not False
         blended = blend(fit, weights, fps, head_transforms, detail=with_detail)
         activations, detail = blended.activations, blended.detail if with_detail else None
+        if blended.held_warning():
+            messages.warning(blended.held_warning())
         if "activations" in inputs:
             activations = _with_muscle_layer(model, activations, load_activations(inputs["activations"], model))
     else:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solver.inverse.blend import blend, load_weights
+from solver.inverse.blend import BLEND_MIN_EIGENVALUE, blend, load_weights
 from solver.inverse.equilibrium import StaticFace
 from solver.inverse.fibre_fit import FibreFitter
 from solver.inverse import fit as fit_module
@@ -648,6 +648,22 @@ def test_fit_then_replay_reproduces_the_shape_keys_with_detail(tmp_path, demo_mo
         target = demo_rig.vertices + demo_rig.shape_key_deltas[names.index(name)]
         assert np.abs(skin[frame] - target).max() < 0.1 * MM, name
     assert np.all(np.isfinite(skin[2]))
+    assert not [m for m in messages if m["type"] == "warning"]
+
+    # Two shapes that halve the same tets (every tenth muscle tet), keyed together: played, those
+    # tets held at the blend floor, and said.
+    squeezed = dict(fit)
+    squeezed["activations"] = np.array(fit["activations"])
+    squeezed["activations"][:, ::10] = vector_from_symmetric(np.diag([0.5, 1.0, 1.0]))
+    save_fit(tmp_path / "squeezed.npz", squeezed)
+    np.savez(tmp_path / "both.npz", names=np.array(["jawOpen", "mouthSmile_L"]), weights=np.ones((1, 2)), fps=24.0)
+    completed, messages = _solver("animate", "model.npz", "squeezed.npz", "both.npz", "-o", "both_result.npz",
+                                  cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    warnings = [m["message"] for m in messages if m["type"] == "warning"]
+    assert len(warnings) == 1 and "held at 0.25" in warnings[0], warnings
+    with np.load(tmp_path / "both_result.npz", allow_pickle=False) as result:
+        assert result["converged"].all()
 
 
 def test_weights_with_an_unknown_shape_name_are_refused(tmp_path, demo_model):
@@ -672,6 +688,40 @@ def test_a_fit_from_another_model_is_refused(tmp_path, demo_model, demo_rig):
         save_fit(tmp_path / "wrong.npz", dict(arrays, muscles_held=wrong))
         with pytest.raises(FitFormatError, match=message):
             load_fit(tmp_path / "wrong.npz", demo_model)
+
+
+def _rotation_about_z(angle):
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def test_shapes_that_squeeze_one_tet_together_are_held_at_the_blend_floor(demo_model, membership):
+    """Two fitted shapes that each halve the same muscle tets (S within the fit's [0.5, 2]) keyed
+    together at weight 1 ask for S = diag(0, …): no activation. The blend plays them with that
+    eigenvalue raised to BLEND_MIN_EIGENVALUE, eigenvectors kept, counts the tets per frame and
+    says so; below the floor the raise is continuous in the weights, and no tet a single shape
+    asks for is touched."""
+    neutral = neutral_activations(membership.active_count)
+    rotation = _rotation_about_z(0.3)
+    halved = rotation @ np.diag([0.5, 1.0, 1.0]) @ rotation.T
+    squeezing = np.tile(vector_from_symmetric(halved), (membership.active_count, 1))
+    squeezing[::2] = neutral[::2]                        # every other muscle tet is left alone
+    fit = {"shape_key_names": np.array(["a", "b"]), "neutral_activations": neutral,
+           "activations": np.stack([squeezing, squeezing]), "jaw": np.zeros((2, 5)),
+           "detail_residual": np.zeros((2, len(demo_model["skin_vertices"]), 3))}
+    weights = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 0.4], [1.0, 0.6]])
+    played = blend(fit, weights, 24.0, np.broadcast_to(np.eye(4), (4, 4, 4)))
+    squeezed = membership.active_count - len(neutral[::2])
+    assert played.held_tets.tolist() == [0, squeezed, 0, squeezed]
+    S = symmetric_from_vector(played.activations.activations)
+    assert np.allclose(S[0], symmetric_from_vector(squeezing))                   # one shape: as fitted
+    expected = rotation @ np.diag([BLEND_MIN_EIGENVALUE, 1.0, 1.0]) @ rotation.T   # 1 − ½ − ½ = 0 → 0.25
+    assert np.allclose(S[1, 1::2], expected, atol=1e-12)
+    assert np.allclose(S[1, ::2], np.eye(3))
+    assert np.linalg.eigvalsh(S[2, 1::2]).min() == pytest.approx(0.3)            # 1 − ½ − 0.2: as blended
+    assert np.linalg.eigvalsh(S[3, 1::2]).min() == pytest.approx(BLEND_MIN_EIGENVALUE)   # 0.2 → 0.25
+    assert "2 frames of the shape-key blend (frames 1, 3)" in played.held_warning()
+    assert blend(fit, weights[:1], 24.0, np.eye(4)[None]).held_warning() == ""
 
 
 def test_blending_past_what_tissue_can_do_is_refused(demo_model, membership):

@@ -11,6 +11,18 @@ The detail is added to the simulated skin afterwards, so a rig played without ex
 effects reproduces its shape keys exactly where the coarse tet mesh cannot; it is switchable.
 Names in the weights that the fit does not have are an error (a typo would silently drop a
 shape); shapes of the fit missing from the weights get weight 0.
+
+Blends past the fitted range. Every fitted S keeps its eigenvalues within [0.5, 2]
+(fit.MIN_ACTIVATION_EIGENVALUE), but the linear blend adds offsets: two shapes that each halve
+a tet along one direction ask, keyed together at weight 1, for nothing at all (1 − ½ − ½ = 0),
+and S is no longer an activation. On ICT one blend of four shapes at weights 0.55–0.95 did.
+Where a blended S has an eigenvalue below BLEND_MIN_EIGENVALUE = 0.5² (what two fitted shapes
+at their limit compose to), that eigenvalue is raised to it, the eigenvectors kept; raising is
+continuous in the weights, so an animation keyed through such a blend does not pop, and every
+blend of single shapes at weights in [0, 1] plays. `BlendedAnimation.held_tets` counts them per
+frame for a warning. A frame whose S is not positive definite at all still refuses when it
+weights a shape outside [0, 1] (an extrapolation) or a context shape above its context (its
+activations are a difference; keying it alone is a keying mistake the message names).
 """
 from __future__ import annotations
 
@@ -18,17 +30,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .fit import MIN_ACTIVATION_EIGENVALUE
 from .fit_file import shape_contexts
-from ..physics.inputs import (DEFAULT_FPS, ActivationInput, AnimationInputError, check_positive_definite,
-                              numeric_array, read_head_transforms, read_npz)
+from ..physics.activation import symmetric_from_vector, vector_from_symmetric
+from ..physics.inputs import (DEFAULT_FPS, ActivationInput, AnimationInputError, below_eigenvalue, numeric_array,
+                              read_head_transforms, read_npz, refuse_not_positive_definite)
 
 WEIGHT_KEYS = ("names", "weights", "fps", "head_transforms")
+BLEND_MIN_EIGENVALUE = MIN_ACTIVATION_EIGENVALUE ** 2
 
 
 @dataclass(frozen=True)
 class BlendedAnimation:
     activations: ActivationInput      # per-frame activations (T, A, 6), jaw, head transforms, fps
     detail: np.ndarray                # (T, V, 3) m, added to the simulated skin
+    held_tets: np.ndarray             # (T,) int: muscle tets raised to BLEND_MIN_EIGENVALUE per frame
+
+    def held_warning(self) -> str:
+        """A sentence for the user when the blend held tets at BLEND_MIN_EIGENVALUE; '' otherwise."""
+        frames = np.flatnonzero(self.held_tets)
+        if len(frames) == 0:
+            return ""
+        listed = ", ".join(str(frame) for frame in frames[:5]) + (", …" if len(frames) > 5 else "")
+        return (f"{len(frames)} frame{'s' * (len(frames) != 1)} of the shape-key blend (frames {listed}) ask up to "
+                f"{int(self.held_tets.max())} muscle tets to shrink below {BLEND_MIN_EIGENVALUE:g} of their length "
+                f"in some direction, more than two fitted shapes at their limit do together; those tets are held "
+                f"at {BLEND_MIN_EIGENVALUE:g}. Lower the weights of shapes that squeeze the same muscles if the "
+                f"pose looks strained.")
 
 
 def load_weights(path, fit) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
@@ -66,30 +94,59 @@ def blend(fit, weights: np.ndarray, fps: float, head_transforms: np.ndarray, det
     neutral = fit["neutral_activations"]
     offsets = fit["activations"] - neutral                                    # (K, A, 6)
     activations = neutral + np.einsum("tk,kav->tav", weights, offsets)
-    check_positive_definite(activations, "blended activations",
-                            _context_advice(fit, weights)
-                            + "Weights far outside [0, 1] (or strongly negative) extrapolate the fitted "
-                              "activations past what tissue can do; keep weights within [0, 1].")
+    activations, held = _held_at_blend_floor(fit, weights, activations)
     jaw = weights @ fit["jaw"]
     residual = np.einsum("tk,kvd->tvd", weights, fit["detail_residual"]) if detail else \
         np.zeros((len(weights),) + fit["detail_residual"].shape[1:])
     return BlendedAnimation(ActivationInput(jaw=jaw, head_transforms=head_transforms, activations=activations, fps=fps),
-                            residual)
+                            residual, held.sum(axis=1))
 
 
-def _context_advice(fit, weights: np.ndarray) -> str:
-    """What to key when frames weight a shape fitted on top of another (mouthClose on jawOpen,
-    FIT.npz `fit_context`) above that other: its activations are a difference, which alone
-    need not be an activation at all; '' when no frame does."""
+def _held_at_blend_floor(fit, weights: np.ndarray, activations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(activations with every eigenvalue below BLEND_MIN_EIGENVALUE raised to it, (T, A) bool
+    where that was done); refuses the frames whose blend is not positive definite because they
+    extrapolate or key a context shape above its context (module docstring)."""
+    flat = below_eigenvalue(activations)
+    refusable = flat & ((weights < 0.0) | (weights > 1.0) | _context_keyed_above(fit, weights)).any(axis=1)[:, None]
+    if refusable.any():
+        frames = np.flatnonzero(refusable.any(axis=1))
+        refuse_not_positive_definite(refusable, "blended activations",
+                                     _context_advice(fit, weights[frames], frames)
+                                     + "Weights far outside [0, 1] (or strongly negative) extrapolate the fitted "
+                                       "activations past what tissue can do; keep weights within [0, 1].")
+    held = below_eigenvalue(activations, BLEND_MIN_EIGENVALUE)
+    if held.any():
+        activations = activations.copy()
+        eigenvalues, eigenvectors = np.linalg.eigh(symmetric_from_vector(activations[held]))
+        raised = np.einsum("nij,nj,nkj->nik", eigenvectors, np.maximum(eigenvalues, BLEND_MIN_EIGENVALUE),
+                           eigenvectors)
+        activations[held] = vector_from_symmetric(raised)
+    return activations, held
+
+
+def _context_keyed_above(fit, weights: np.ndarray) -> np.ndarray:
+    """(T, K) bool: frames that weight a shape fitted on top of another above that other."""
+    above = np.zeros(weights.shape, dtype=bool)
     if "fit_context" not in fit:
-        return ""
+        return above
     names = [str(name) for name in fit["shape_key_names"]]
-    contexts = shape_contexts(fit)
+    for shape, context in enumerate(shape_contexts(fit)):
+        if context in names:
+            above[:, shape] = weights[:, shape] > weights[:, names.index(context)] + 1e-9
+    return above
+
+
+def _context_advice(fit, weights: np.ndarray, frame_numbers: np.ndarray) -> str:
+    """What to key when frames (weights (n, K) of the frames numbered `frame_numbers`) weight a
+    shape fitted on top of another (mouthClose on jawOpen, FIT.npz `fit_context`) above that
+    other: its activations are a difference, which alone need not be an activation at all; ''
+    when no frame does."""
+    names = [str(name) for name in fit["shape_key_names"]] if "fit_context" in fit else []
+    contexts = shape_contexts(fit) if names else []
+    above = _context_keyed_above(fit, weights)
     advice = []
     for shape, context in enumerate(contexts):
-        if context not in names:
-            continue
-        frames = np.flatnonzero(weights[:, shape] > weights[:, names.index(context)] + 1e-9)
+        frames = frame_numbers[above[:, shape]]
         if len(frames):
             listed = ", ".join(str(frame) for frame in frames[:5]) + (", …" if len(frames) > 5 else "")
             advice.append(f"{names[shape]} is fitted on top of {context} (its activations are the difference to "

@@ -170,13 +170,24 @@ def _raw_activations(arrays, model, frame_count) -> np.ndarray:
     return activations
 
 
+def below_eigenvalue(activations, floor: float = 0.0) -> np.ndarray:
+    """(...) bool: where S (..., 6) has an eigenvalue at or below `floor`, i.e. S − floor·I is
+    not positive definite."""
+    xx, yy, zz, yz, xz, xy = np.moveaxis(np.asarray(activations, dtype=np.float64), -1, 0)
+    xx, yy, zz = xx - floor, yy - floor, zz - floor
+    # Sylvester's criterion: a matrix is positive definite iff its leading principal minors are positive.
+    determinant = xx * (yy * zz - yz * yz) - xy * (xy * zz - yz * xz) + xz * (xy * yz - yy * xz)
+    return (xx <= 0.0) | (xx * yy - xy * xy <= 0.0) | (determinant <= 0.0)
+
+
 def check_positive_definite(activations, what: str, fix: str = "") -> None:
     """Raise AnimationInputError naming the first frame and active tet whose S (T, A, 6) is not
     positive definite."""
-    xx, yy, zz, yz, xz, xy = np.moveaxis(np.asarray(activations), -1, 0)
-    # Sylvester's criterion: S is positive definite iff its leading principal minors are positive.
-    determinant = xx * (yy * zz - yz * yz) - xy * (xy * zz - yz * xz) + xz * (xy * yz - yy * xz)
-    not_positive_definite = (xx <= 0.0) | (xx * yy - xy * xy <= 0.0) | (determinant <= 0.0)
+    refuse_not_positive_definite(below_eigenvalue(activations), what, fix)
+
+
+def refuse_not_positive_definite(not_positive_definite, what: str, fix: str = "") -> None:
+    """Raise AnimationInputError naming the first (frame, active tet) of the (T, A) mask, if any."""
     if np.any(not_positive_definite):
         frame, tet = np.argwhere(not_positive_definite)[0]
         raise AnimationInputError(f"{what}: frame {frame}, active tet {tet} is not positive definite; an "
