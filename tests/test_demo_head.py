@@ -5,8 +5,6 @@ distances), because the demo head is the default input of the product demo and m
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from scipy.spatial import cKDTree
@@ -113,15 +111,8 @@ def mirror_map(vertices: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
-def built():
-    start = time.perf_counter()
-    rig = make_demo_rig()
-    return rig, time.perf_counter() - start
-
-
-@pytest.fixture(scope="module")
-def rig(built):
-    return built[0]
+def rig():
+    return make_demo_rig()
 
 
 @pytest.fixture(scope="module")
@@ -131,9 +122,9 @@ def skin_closed(rig):
 
 # --------------------------------------------------------------------------- build
 
-def test_builds_quickly_and_deterministically(built):
-    rig, seconds = built
-    assert seconds < 5.0
+def test_builds_deterministically(rig):
+    # How long it takes is a benchmark's figure (bench/build_model.py), not a test's: under a
+    # loaded CI machine a time limit here failed now and then.
     again = make_demo_rig()
     assert np.array_equal(rig.vertices, again.vertices)
     assert np.array_equal(rig.shape_key_deltas, again.shape_key_deltas)

@@ -60,9 +60,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import scipy.sparse
-import numba
 from numba import njit, prange
 
 # The stiffness unit of the Phace defaults μ = 1, λ = 3 (docs/physics.md): 1 kPa.
@@ -285,9 +285,10 @@ def _is_positive_definite(H):
 @njit(cache=True)
 def _project_positive_semidefinite(H):
     """Clamp the negative eigenvalues of the symmetric 9×9 H to zero, in place."""
-    # A Cholesky attempt costs a small share of LAPACK's eigen-decomposition, and most muscle
-    # tets of a face are positive definite as they are: ICT's projected Hessian in 64 ms
-    # instead of 108 (docs/benchmarks.md, "Assembly order").
+    # A Cholesky attempt costs a small share of LAPACK's eigen-decomposition and settles every
+    # tet that needs no projection (a third of the muscle tets at ICT's fitted mouthSmile_L):
+    # ICT's projected Hessian with random activations 108 → 96 ms (docs/benchmarks.md,
+    # "Assembly order").
     if _is_positive_definite(H):
         return
     eigenvalues, eigenvectors = np.linalg.eigh(H)
