@@ -599,3 +599,16 @@ def test_a_solve_limited_to_given_shifts_tries_only_those():
     with pytest.raises(newton.HessianNotPositiveDefinite):
         solver.solve(strong, rhs, 0.1, shifts=(0.0, 1e-2))
     assert solver.factorisations == 4 and not solver._has_numeric_factor
+
+
+def test_an_exact_hessian_with_a_projected_fallback_tries_no_shift_then_only_shifts_from_the_smallest():
+    """Between no shift and the largest the exact Hessian may take, only shifts from
+    MIN_EXACT_SHIFT_RELATIVE of its mean diagonal up are tried (smaller ones never made an ICT
+    Hessian definite, each a failed factorisation); after a shifted factorisation the next
+    sequence starts a tenth below that shift, without the unshifted try."""
+    smallest, largest = 1e-3, 1e-2
+    assert newton._exact_shifts(0.0, smallest, largest) == [0.0, smallest]
+    assert newton._exact_shifts(largest, smallest, largest) == [pytest.approx(smallest)]
+    assert newton._exact_shifts(5e-3, smallest, largest) == [0.0, smallest]
+    assert newton._exact_shifts(0.0, 1e-4, largest) == [0.0, 1e-4, pytest.approx(1e-3)]
+    assert newton.MIN_EXACT_SHIFT_RELATIVE < newton.MAX_EXACT_SHIFT_RELATIVE
