@@ -606,9 +606,15 @@ def test_an_exact_hessian_with_a_projected_fallback_tries_no_shift_then_only_shi
     MIN_EXACT_SHIFT_RELATIVE of its mean diagonal up are tried (smaller ones never made an ICT
     Hessian definite, each a failed factorisation); after a shifted factorisation the next
     sequence starts a tenth below that shift, without the unshifted try."""
-    smallest, largest = 1e-3, 1e-2
-    assert newton._exact_shifts(0.0, smallest, largest) == [0.0, smallest]
-    assert newton._exact_shifts(largest, smallest, largest) == [pytest.approx(smallest)]
-    assert newton._exact_shifts(5e-3, smallest, largest) == [0.0, smallest]
-    assert newton._exact_shifts(0.0, 1e-4, largest) == [0.0, 1e-4, pytest.approx(1e-3)]
-    assert newton.MIN_EXACT_SHIFT_RELATIVE < newton.MAX_EXACT_SHIFT_RELATIVE
+    matrix = sp.csc_matrix(np.diag([1.0, 2.0, -3.0]))       # mean |diagonal| 2
+    smallest = newton.MIN_EXACT_SHIFT_RELATIVE
+
+    def shifts(last_shift, first_relative=smallest):
+        return list(itertools.islice(newton._shift_sequence(matrix, last_shift, first_relative), 3))
+
+    assert smallest < newton.MAX_EXACT_SHIFT_RELATIVE
+    assert shifts(0.0) == [0.0, 2 * smallest, pytest.approx(20 * smallest)]
+    assert shifts(20 * smallest) == [pytest.approx(2 * smallest), pytest.approx(20 * smallest),
+                                     pytest.approx(200 * smallest)]
+    assert shifts(10 * smallest) == [0.0, 2 * smallest, pytest.approx(20 * smallest)]
+    assert shifts(0.0, newton.FIRST_SHIFT_RELATIVE)[:2] == [0.0, 2 * newton.FIRST_SHIFT_RELATIVE]

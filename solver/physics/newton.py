@@ -349,8 +349,8 @@ class SpsolveLinearSolver:
         raise HessianNotPositiveDefinite(f"no descent direction even with a diagonal shift of {shift:.3g}")
 
 
-def _shift_sequence(matrix, last_shift: float = 0.0):
-    """0, then diagonal shifts growing tenfold from FIRST_SHIFT_RELATIVE × the mean |diagonal|;
+def _shift_sequence(matrix, last_shift: float = 0.0, first_relative: float = FIRST_SHIFT_RELATIVE):
+    """0, then diagonal shifts growing tenfold from `first_relative` × the mean |diagonal|;
     after a shifted factorisation (`last_shift` > 0) it starts at a tenth of that shift instead.
 
     Why: on a frame with strong muscle activation the unprojected Hessian stays indefinite for
@@ -360,7 +360,7 @@ def _shift_sequence(matrix, last_shift: float = 0.0):
     and the start falls tenfold per iteration back to 0 once the Hessian is definite again."""
     diagonal_scale = float(np.abs(matrix.diagonal()).mean()) if matrix.shape[0] else 0.0
     # An all-zero diagonal has no scale of its own; start from 1 in the Hessian's units then.
-    first = FIRST_SHIFT_RELATIVE * (diagonal_scale if diagonal_scale > 0.0 else 1.0)
+    first = first_relative * (diagonal_scale if diagonal_scale > 0.0 else 1.0)
     largest = first * SHIFT_GROWTH ** (MAX_SHIFT_ATTEMPTS - 1)
     shift = min(last_shift / SHIFT_GROWTH, largest)
     if shift < first:
@@ -369,21 +369,6 @@ def _shift_sequence(matrix, last_shift: float = 0.0):
     while shift <= largest * (1.0 + 1e-12):
         yield shift
         shift *= SHIFT_GROWTH
-
-
-def _exact_shifts(last_shift: float, smallest: float, largest: float) -> list[float]:
-    """The shifts below `largest` to try on an exact Hessian that has a projected fallback: none,
-    then `smallest`; or, after a shifted factorisation, a tenth of that shift first (the memory of
-    _shift_sequence); growing tenfold."""
-    shift = last_shift / SHIFT_GROWTH
-    shifts = []
-    if shift < smallest:
-        shifts.append(0.0)
-        shift = smallest
-    while shift < largest * (1.0 - 1e-12):
-        shifts.append(shift)
-        shift *= SHIFT_GROWTH
-    return shifts
 
 
 def _reduced_low_rank(objective, constraints: BoneConstraints, x: np.ndarray) -> LowRankTerm | None:
@@ -428,9 +413,7 @@ def _newton_direction(objective, constraints: BoneConstraints, linear_solver, x,
     projected_hessian = getattr(objective, "projected_hessian", None)
     if projected_hessian is None:
         return (*linear_solver.solve(exact, -reduced_gradient, forcing, low_rank), False)
-    diagonal_scale = float(np.abs(exact.diagonal()).mean())
-    largest = MAX_EXACT_SHIFT_RELATIVE * diagonal_scale
-    smallest = MIN_EXACT_SHIFT_RELATIVE * diagonal_scale
+    largest = MAX_EXACT_SHIFT_RELATIVE * float(np.abs(exact.diagonal()).mean())
 
     def projected_step():
         result.projected_steps += 1
@@ -453,7 +436,10 @@ def _newton_direction(objective, constraints: BoneConstraints, linear_solver, x,
     else:
         forcing_exact = forcing
     last_shift = getattr(linear_solver, "last_shift", 0.0)
-    shifts = [] if exact_refused else _exact_shifts(last_shift, smallest, largest)
+    # Below `largest` by more than rounding: MIN × 10ⁿ may land a hair under it, and trying
+    # the same shift twice is one more failed factorisation.
+    shifts = [] if exact_refused else [shift for shift in _shift_sequence(exact, last_shift, MIN_EXACT_SHIFT_RELATIVE)
+                                       if shift < largest * (1.0 - 1e-12)]
     try:
         return (*linear_solver.solve(exact, -reduced_gradient, forcing_exact, low_rank, shifts=(*shifts, largest)),
                 False)
