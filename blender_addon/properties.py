@@ -150,6 +150,10 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     use_detail: BoolProperty(name="Detail correction", default=True,
                              description="Add back what the tet mesh cannot show of each shape key (the fit's "
                                          "residual, weighted like the shape keys); off = physics only")
+    use_skin_filter: BoolProperty(name="Skin filter", default=True,
+                                  description="Show the shape keys plus what the physics changes about them, smoothed "
+                                              "to what the tet mesh can resolve: no creases or folds finer than the "
+                                              "tets, contact kept; off = the simulated skin as it is")
     use_scene_range: BoolProperty(name="Scene range", default=True)
     frame_start: IntProperty(name="Start", default=1)
     frame_end: IntProperty(name="End", default=24)

@@ -489,6 +489,7 @@ def simulation_settings(context, obj, with_fit: bool) -> dict:
         result["teeth_padding_m"] = float(settings.teeth_padding) * (context.scene.unit_settings.scale_length or 1.0)
     if with_fit:
         result["detail"] = bool(settings.use_detail)
+        result["skin_filter"] = bool(settings.use_skin_filter)
     return result
 
 

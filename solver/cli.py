@@ -101,18 +101,20 @@ def _animate(args, report):
     from .physics.simulator import SimulationSettings
     map_settings = _map_settings(args)       # before the slow loads: a typo fails at once
     model = load_model(args.model)
-    detail = None
+    detail = rig_offset = skin_filter = None
     if args.weights is None:
         activations = load_activations(args.activations, model)
     else:                       # MODEL FIT WEIGHTS: the second positional is the fit
-        from .inverse.blend import blend, load_weights
+        from .inverse.blend import blend, load_weights, skin_filter_for
         from .inverse.fit_file import load_fit
         fit = load_fit(args.activations, model)
         weights, _, fps, head_transforms = load_weights(args.weights, fit)
         blended = blend(fit, weights, fps, head_transforms, detail=not args.no_detail)
-        activations, detail = blended.activations, blended.detail
-        if blended.held_warning():
-            report.warning(blended.held_warning())
+        activations, detail, rig_offset = blended.activations, blended.detail, blended.rig_offset
+        skin_filter, filter_warning = skin_filter_for(model, blended, enabled=not args.no_skin_filter)
+        for warning in (blended.held_warning(), filter_warning):
+            if warning:
+                report.warning(warning)
     maps = load_maps(args.maps, model) if args.maps else None
     settings = SimulationSettings(dynamic=args.dynamic, gravity=args.gravity, fps=activations.fps,
                                   substeps=args.substeps, wind=args.wind, contact_solver=args.contact_solver)
@@ -124,7 +126,8 @@ def _animate(args, report):
                         f"iterations, {event['seconds']:.2f} s{state}", **event)
 
     result = animate(model, activations, args.output, settings, maps=maps, fat_scale=args.fat_scale,
-                     progress=on_frame, skin_detail=detail, collisions=collisions, **map_settings)
+                     progress=on_frame, skin_detail=detail, collisions=collisions, rig_offset=rig_offset,
+                     skin_filter=skin_filter, **map_settings)
     unconverged = int((~result.converged).sum())
     report.result(path=str(args.output), cache=str(args.output.with_suffix(".pc2")),
                   frames=int(len(result.converged)), unconverged_frames=unconverged,
@@ -304,6 +307,9 @@ def _parser():
                      help="WEIGHTS.npz: shape-key weights per frame, played through FIT.npz")
     run.add_argument("--no-detail", action="store_true",
                      help="with FIT + WEIGHTS: physics only, without the shape keys' residual detail")
+    run.add_argument("--no-skin-filter", action="store_true",
+                     help="with FIT + WEIGHTS: show the simulated skin as it is, without smoothing its deviation "
+                          "from the plain rig to the tet mesh's resolution (docs/performance.md)")
     run.add_argument("-o", "--output", type=Path, required=True)
     run.add_argument("--dynamic", action="store_true", help="backward-Euler dynamics instead of quasi-statics")
     run.add_argument("--substeps", type=int, default=1, help="time steps per frame when dynamic")

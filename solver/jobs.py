@@ -246,6 +246,8 @@ MAX_FIT_PROCESSES = 64
 # job keeps the shapes of an earlier fit; every other key is taken from the new fit.
 PER_SHAPE_FIT_KEYS = ("shape_key_names", "activations", "jaw", "fit_error_mm", "status", "detail_residual",
                       "iterations", "seconds", "contractions", "fit_context", "fit_start", "muscles_held")
+# Per-shape arrays taken from the rig for every shape of the merged fit (older fits lack them).
+RIG_FIT_KEYS = ("shape_key_deltas",)
 
 
 def _animate_settings(settings: dict) -> dict:
@@ -262,6 +264,8 @@ def _animate_settings(settings: dict) -> dict:
             "fat_softening": _number(settings, "fat_softening", DEFAULT_FAT_SOFTENING, 0.0, 1.0),
             # None = not given: shape-key animation then adds the detail
             "detail": _boolean(settings, "detail", True) if "detail" in settings else None,
+            # shape-key animation is shown through the skin filter unless this is false
+            "skin_filter": _boolean(settings, "skin_filter", True),
             "collisions": _choices(settings, "collisions", COLLISION_KINDS),
             "contact_solver": _choice(settings, "contact_solver", CONTACT_SOLVERS, "newton"),
             # None = the solver's own default padding (collisions/teeth.py)
@@ -364,7 +368,7 @@ def _merged_fit(new: dict, previous: Optional[dict], rig_names: list) -> dict:
 
 def _run_fit(job: dict, messages: JobMessages) -> dict:
     from .inverse.fit_file import save_fit
-    from .inverse.shapes import CONTEXT_SHAPES, fit_progress, fit_shapes, kept_fits, select_shapes
+    from .inverse.shapes import CONTEXT_SHAPES, fit_progress, fit_shapes, kept_fits, rig_shape_deltas, select_shapes
     from .model_file import load_model
     from .rig import load_rig
     settings = job["settings"]
@@ -397,6 +401,8 @@ def _run_fit(job: dict, messages: JobMessages) -> dict:
     earlier = kept_fits(previous) if previous is not None else None
     arrays = _merged_fit(fit_shapes(model, rig, names, jobs=settings["jobs"], progress=on_shape,
                                     earlier_fits=earlier), previous, rig_names)
+    # RIG_FIT_KEYS: the rig's own deltas for every shape, the kept ones too.
+    arrays["shape_key_deltas"] = rig_shape_deltas(rig, arrays["shape_key_names"])
     output = job["outputs"]["fit"]
     save_fit(output, arrays)      # atomic: a cancel or crash never leaves half a fit where a good one was
     all_names = [str(name) for name in arrays["shape_key_names"]]
@@ -485,17 +491,20 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
     settings = job["settings"]
     inputs = job["inputs"]
     model = load_model(inputs["model"])
-    detail = None
+    detail = rig_offset = skin_filter = None
     if "fit" in inputs:
-        from .inverse.blend import blend, load_weights
+        from .inverse.blend import blend, load_weights, skin_filter_for
         from .inverse.fit_file import load_fit
         fit = load_fit(inputs["fit"], model)
         weights, _, fps, head_transforms = load_weights(inputs["weights"], fit)
         with_detail = settings["detail"] is not False
         blended = blend(fit, weights, fps, head_transforms, detail=with_detail)
         activations, detail = blended.activations, blended.detail if with_detail else None
-        if blended.held_warning():
-            messages.warning(blended.held_warning())
+        rig_offset = blended.rig_offset
+        skin_filter, filter_warning = skin_filter_for(model, blended, enabled=settings["skin_filter"])
+        for warning in (blended.held_warning(), filter_warning):
+            if warning:
+                messages.warning(warning)
         if "activations" in inputs:
             activations = _with_muscle_layer(model, activations, load_activations(inputs["activations"], model))
     else:
@@ -531,7 +540,7 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
                          fat_scale=settings["fat_scale"], progress=on_frame, skin_detail=detail,
                          collisions=collisions, diffusion_steps=settings["diffusion_steps"],
                          diffusion_time_step_m2=settings["diffusion_time_step_m2"],
-                         fat_softening=settings["fat_softening"])
+                         fat_softening=settings["fat_softening"], rig_offset=rig_offset, skin_filter=skin_filter)
         os.replace(partial.with_suffix(".pc2"), result_path.with_suffix(".pc2"))
         os.replace(partial, result_path)
     finally:
@@ -556,8 +565,8 @@ _COMMANDS: Dict[str, dict] = {
     "animate": {"inputs": ("model",), "optional_inputs": ("activations", "fit", "weights", "maps", "lip_vertices"),
                 "list_inputs": ("colliders",), "outputs": ("result",),
                 "settings": ("dynamic", "substeps", "gravity", "wind", "fat_scale", "diffusion_steps",
-                             "diffusion_time_step_m2", "fat_softening", "detail", "collisions", "contact_solver",
-                             "teeth_padding_m"),
+                             "diffusion_time_step_m2", "fat_softening", "detail", "skin_filter", "collisions",
+                             "contact_solver", "teeth_padding_m"),
                 "read_settings": _animate_settings, "check": _check_animate_inputs, "run": _run_animate},
 }
 

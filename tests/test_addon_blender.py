@@ -458,6 +458,7 @@ def _bake_the_keyed_shape_keys(obj, monkeypatch, tmp_path, capfd):
     written = json.loads((Path(job) / "job.json").read_text())
     assert written["inputs"]["colliders"] == ["collider_0_finger.npz"] and "activations" not in written["inputs"]
     assert written["settings"]["collisions"] == ["teeth"] and written["settings"]["detail"] is True
+    assert written["settings"]["skin_filter"] is True
     with np.load(Path(job) / "weights.npz", allow_pickle=False) as weights:
         columns = dict(zip(weights["names"], weights["weights"].T))
     for frame in range(CLIP[0], CLIP[1] + 1):     # the values the scene evaluates (Bézier keys ease)

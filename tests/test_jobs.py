@@ -219,6 +219,9 @@ def _placeholder_files(job_dir, *names):
       "outputs": {"result": "r.npz"}, "settings": {"detail": False}}, "settings.detail: applies only"),
     ({"command": "animate", "inputs": {"model": "model.npz", "fit": "fit.npz", "weights": "weights.npz"},
       "outputs": {"result": "r.npz"}, "settings": {"detail": 1}}, "settings.detail: expected true or false"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "fit": "fit.npz", "weights": "weights.npz"},
+      "outputs": {"result": "r.npz"}, "settings": {"skin_filter": "yes"}},
+     "settings.skin_filter: expected true or false"),
     ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
       "outputs": {"result": "r.npz"}, "settings": {"collisions": ["teeth", "nose"]}}, "settings.collisions"),
     ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
@@ -311,7 +314,7 @@ def test_a_fit_job_fits_every_shape_key_with_one_progress_line_each(tmp_path, de
     assert result["worst"]["shape"] == rig_names[int(np.argmax(errors[:, 0]))]
     # The merge of a partial fit must know every per-shape array of FIT.npz.
     per_shape = {key for key, value in fit.items() if value.ndim and value.shape[0] == len(rig_names)}
-    assert per_shape == set(jobs.PER_SHAPE_FIT_KEYS)
+    assert per_shape == set(jobs.PER_SHAPE_FIT_KEYS) | set(jobs.RIG_FIT_KEYS)
 
 
 def _refit(folder, shapes, few_shapes_fit, demo_rig, small_model) -> list:
@@ -336,6 +339,11 @@ def test_fitting_some_shape_keys_keeps_the_others_of_the_earlier_fit(tmp_path, f
             for row, name in enumerate(names):
                 if name in result["kept"]:
                     np.testing.assert_array_equal(new[key][row], old[key][row], err_msg=f"{key} of {name}")
+        # every shape, kept or fitted again, carries the rig's own delta (the skin filter's rig frame)
+        rig_names = [str(name) for name in demo_rig["shape_key_names"]]
+        for row, name in enumerate(names):
+            np.testing.assert_allclose(new["shape_key_deltas"][row],
+                                       demo_rig["shape_key_deltas"][rig_names.index(name)], atol=1e-9, err_msg=name)
 
 
 def test_refitting_one_shape_of_a_pair_starts_from_the_kept_partner(tmp_path, few_shapes_fit, demo_rig,
@@ -406,12 +414,15 @@ def test_an_animate_job_plays_shape_key_weights_through_a_fit_like_the_command_l
                "jaw": np.zeros((frames, 5))}
     fit_path = few_shapes_fit["fit"]
     results = {}
-    for name, detail in (("with detail", True), ("physics only", False)):
+    # The detail path itself, with the skin filter off; then the filter on (the default).
+    for name, settings in (("with detail", {"detail": True, "skin_filter": False}),
+                           ("physics only", {"detail": False, "skin_filter": False}),
+                           ("filtered", {})):
         folder = tmp_path / name.replace(" ", "_")
         folder.mkdir()
         # Contractions of 1 on top of the blend add nothing.
         job_files.write_animate_job(folder, small_model, at_rest, None,
-                                    {"detail": detail, "collisions": ["teeth"], "contact_solver": "newton"},
+                                    {**settings, "collisions": ["teeth"], "contact_solver": "newton"},
                                     fit_path=fit_path, weights=weights, colliders=[("cheek sphere", sphere)])
         code, messages, err = _run(folder)
         assert code == 0, err
@@ -423,13 +434,15 @@ def test_an_animate_job_plays_shape_key_weights_through_a_fit_like_the_command_l
 
     for key, value in (("weights", weights), ("sphere", sphere)):
         np.savez(tmp_path / f"{key}.npz", **value)
-    cli = subprocess.run([sys.executable, "-m", "solver", "--json", "animate", str(small_model), str(fit_path),
-                          str(tmp_path / "weights.npz"), "-o", str(tmp_path / "cli.npz"), "--collisions", "teeth",
-                          "--collider", str(tmp_path / "sphere.npz")], env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                         capture_output=True, text=True, timeout=600)
-    assert cli.returncode == 0, cli.stderr
-    with np.load(tmp_path / "cli.npz", allow_pickle=False) as expected:
-        np.testing.assert_allclose(results["with detail"]["skin_positions"], expected["skin_positions"], atol=1e-12)
+    for name, extra in (("with detail", ["--no-skin-filter"]), ("filtered", [])):
+        cli = subprocess.run([sys.executable, "-m", "solver", "--json", "animate", str(small_model), str(fit_path),
+                              str(tmp_path / "weights.npz"), "-o", str(tmp_path / "cli.npz"), "--collisions", "teeth",
+                              "--collider", str(tmp_path / "sphere.npz"), *extra],
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=600)
+        assert cli.returncode == 0, cli.stderr
+        with np.load(tmp_path / "cli.npz", allow_pickle=False) as expected:
+            np.testing.assert_allclose(results[name]["skin_positions"], expected["skin_positions"], atol=1e-12,
+                                       err_msg=name)
     with np.load(fit_path, allow_pickle=False) as fit:
         order = [list(fit["shape_key_names"]).index(name) for name in weights["names"]]
         detail = np.einsum("tk,kvd->tvd", weights["weights"], fit["detail_residual"][order])
@@ -440,6 +453,8 @@ def test_an_animate_job_plays_shape_key_weights_through_a_fit_like_the_command_l
     projected = np.linalg.norm(shown - detail, axis=2) > 1e-12
     assert projected.sum() <= 0.01 * projected.size, f"{int(projected.sum())} vertex frames differ from the detail"
     np.testing.assert_allclose(shown[~projected], detail[~projected], atol=1e-12)
+    # Filtered, the skin stays out of the sphere and the teeth as well.
+    assert results["filtered"]["penetration_depth_max"].max() <= 0.2e-3
     assert results["with detail"]["penetration_depth_max"].max() <= 0.2e-3
 
 

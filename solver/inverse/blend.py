@@ -9,6 +9,9 @@ WEIGHTS.npz: `names` (K,) str shape-key names, `weights` (T, K), optional `fps` 
 
 The detail is added to the simulated skin afterwards, so a rig played without external
 effects reproduces its shape keys exactly where the coarse tet mesh cannot; it is switchable.
+The plain rig's own offset Σ_j w_j Δ_j (FIT.npz `shape_key_deltas`, fits made since issue 37) is
+what the skin filter (physics/skin_filter.py) measures the simulation's deviation against.
+Both are evaluated frame by frame (`ShapeKeyFrames`), so a long shot never holds a (T, V, 3) array.
 Names in the weights that the fit does not have are an error (a typo would silently drop a
 shape); shapes of the fit missing from the weights get weight 0.
 
@@ -27,6 +30,7 @@ activations are a difference; keying it alone is a keying mistake the message na
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -40,11 +44,30 @@ WEIGHT_KEYS = ("names", "weights", "fps", "head_transforms")
 BLEND_MIN_EIGENVALUE = MIN_ACTIVATION_EIGENVALUE ** 2
 
 
+class ShapeKeyFrames:
+    """Σ_k w_tk A_k for frame t of weights (T, K) and per-shape arrays A (K, V, 3), computed when a
+    frame is asked for (`frames[t]`); `np.asarray(frames)` gives all of them."""
+
+    def __init__(self, weights: np.ndarray, per_shape: np.ndarray):
+        self.weights, self.per_shape = np.asarray(weights, dtype=np.float64), per_shape
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+    def __getitem__(self, frame: int) -> np.ndarray:
+        return np.tensordot(self.weights[frame], self.per_shape, axes=1)
+
+    def __array__(self, dtype=None, copy=None):
+        frames = np.einsum("tk,kvd->tvd", self.weights, self.per_shape)
+        return frames if dtype is None else frames.astype(dtype)
+
+
 @dataclass(frozen=True)
 class BlendedAnimation:
     activations: ActivationInput      # per-frame activations (T, A, 6), jaw, head transforms, fps
-    detail: np.ndarray                # (T, V, 3) m, added to the simulated skin
+    detail: ShapeKeyFrames            # (T, V, 3) m, added to the simulated skin
     held_tets: np.ndarray             # (T,) int: muscle tets raised to BLEND_MIN_EIGENVALUE per frame
+    rig_offset: Optional[ShapeKeyFrames] = None   # (T, V, 3) m: Σ w Δ of the plain rig; None: not in the fit
 
     def held_warning(self) -> str:
         """A sentence for the user when the blend held tets at BLEND_MIN_EIGENVALUE; '' otherwise."""
@@ -96,10 +119,25 @@ def blend(fit, weights: np.ndarray, fps: float, head_transforms: np.ndarray, det
     activations = neutral + np.einsum("tk,kav->tav", weights, offsets)
     activations, held = _held_at_blend_floor(fit, weights, activations)
     jaw = weights @ fit["jaw"]
-    residual = np.einsum("tk,kvd->tvd", weights, fit["detail_residual"]) if detail else \
-        np.zeros((len(weights),) + fit["detail_residual"].shape[1:])
+    residual = fit["detail_residual"] if detail else np.zeros((1,) + fit["detail_residual"].shape[1:])
+    rig_offset = ShapeKeyFrames(weights, fit["shape_key_deltas"]) if "shape_key_deltas" in fit else None
     return BlendedAnimation(ActivationInput(jaw=jaw, head_transforms=head_transforms, activations=activations, fps=fps),
-                            residual, held.sum(axis=1))
+                            ShapeKeyFrames(weights if detail else np.zeros((len(weights), 1)), residual),
+                            held.sum(axis=1), rig_offset)
+
+
+def skin_filter_for(model, blended: BlendedAnimation, enabled: bool = True):
+    """(the SkinFilter a played blend is shown through, or None, and a warning for the user, or '').
+    The filter needs the plain rig frame, so a fit made before FIT.npz kept the rig's deltas plays
+    unfiltered, and says how to get it."""
+    if not enabled:
+        return None, ""
+    if blended.rig_offset is None:
+        return None, ("this fit was made before fits kept the rig's shape-key deltas, so the skin filter "
+                      "(which keeps creases finer than the tet mesh off the skin) is off; fit the shapes again "
+                      "to play them with it.")
+    from ..physics.skin_filter import SkinFilter
+    return SkinFilter.for_model(model), ""
 
 
 def _held_at_blend_floor(fit, weights: np.ndarray, activations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -67,6 +67,11 @@ def load_fit(path, model=None) -> dict:
     residual = fit["detail_residual"]
     if residual.ndim != 3 or residual.shape[0] != count or residual.shape[2] != 3:
         raise FitFormatError(f"{path}: detail_residual must be (K, V, 3); found {residual.shape}")
+    deltas = fit.get("shape_key_deltas")
+    if deltas is not None and (deltas.shape != residual.shape or deltas.dtype.kind != "f"
+                               or not np.all(np.isfinite(deltas))):
+        raise FitFormatError(f"{path}: shape_key_deltas must be finite (K, V, 3) like detail_residual "
+                             f"{residual.shape}; found {deltas.shape} {deltas.dtype}; fit the shapes again")
     held = fit.get("muscles_held")
     if held is not None and (held.dtype != bool or held.ndim != 2 or held.shape[0] != count):
         raise FitFormatError(f"{path}: muscles_held must be (K, m) booleans with K = {count}; "

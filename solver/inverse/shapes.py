@@ -268,6 +268,7 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
         "fit_error_mm": np.stack([fit.error_mm for fit in ordered]),
         "status": np.array([fit.status for fit in ordered], dtype=str),
         "detail_residual": np.stack([target - fit.skin for target, fit in zip(targets, ordered)]),
+        "shape_key_deltas": rig_shape_deltas(rig, names),
         "neutral_activations": np.tile(np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0]), (active_count, 1)),
         "iterations": np.array([fit.iterations for fit in ordered]),
         "seconds": np.array([fit.seconds for fit in ordered]),
@@ -283,6 +284,13 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
         "skin_vertex_count": np.array(len(rest_skin)),
         "total_seconds": np.array(time.perf_counter() - started),
     }
+
+
+def rig_shape_deltas(rig: FaceRig, names: Sequence[str]) -> np.ndarray:
+    """(K, V, 3) float32 the rig's own shape-key deltas of `names` (FIT.npz `shape_key_deltas`: the
+    plain rig frame a played fit is compared with, physics/skin_filter.py)."""
+    all_names = [str(name) for name in rig.shape_key_names]
+    return np.stack([np.asarray(rig.shape_key_deltas[all_names.index(str(name))]) for name in names]).astype(np.float32)
 
 
 def _relative_to_context(rest_skin, combined: ShapeFit, context: ShapeFit) -> ShapeFit:

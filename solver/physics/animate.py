@@ -4,25 +4,31 @@ RESULT.npz holds `skin_positions` (T,V,3) metres on the rig's vertices, `converg
 `newton_iterations` (T,), `frame_seconds` (T,), `fps`, `skull_transforms` and
 `jaw_transforms` (T,4,4) (each bone's rigid world transform from rest, always written),
 `penetration_depth_max` (T,) metres (deepest vertex of the written skin inside a collider; 0
-without a collision scene) and `contacts` (T,) (contact planes pushing); it is
+without a collision scene), `contacts` (T,) (contact planes pushing), `inverted_tets` (T,)
+(tets with det F ≤ 0 at the frame's end), `smallest_volume_ratio` (T,) (the least det F) and
+`filter_pinned` (T,) (skin vertices the skin filter pinned onto a collider, or showed as
+simulated, because its smoothing and pushes left them inside one; skin_filter.py); it is
 written atomically once all frames are done. A `.pc2` point cache of the skin is written beside it frame by frame (each
 frame fsynced before the header counts it), so a long run can be watched, and a crash or a
 cancel leaves every finished frame playable.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
+from ..collisions.contacts import BonePose
 from ..npz_files import write_npz_atomically
 from ..pc2 import Pc2Writer
 from .inputs import ActivationInput, MapsInput
 from .maps import (DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING,
                    check_fat_softening, material_maps)
 from .simulator import FaceSimulator, MaterialOverrides, SimulationSettings
+from .skin_filter import SkinFilter, collision_keep_out
 
 
 @dataclass
@@ -36,6 +42,9 @@ class AnimationResult:
     jaw_transforms: np.ndarray = None        # (T,4,4)
     penetration_depth_max: np.ndarray = None  # (T,) m
     contacts: np.ndarray = None              # (T,)
+    inverted_tets: np.ndarray = None         # (T,) tets with det F ≤ 0
+    smallest_volume_ratio: np.ndarray = None  # (T,) least det F over the tets
+    filter_pinned: np.ndarray = None         # (T,) vertices the skin filter pinned (collisions)
 
     def arrays(self) -> dict:
         frames = len(self.converged)
@@ -47,7 +56,11 @@ class AnimationResult:
                 "jaw_transforms": identity if self.jaw_transforms is None else self.jaw_transforms,
                 "penetration_depth_max": (np.zeros(frames) if self.penetration_depth_max is None
                                           else self.penetration_depth_max),
-                "contacts": np.zeros(frames, np.int64) if self.contacts is None else self.contacts}
+                "contacts": np.zeros(frames, np.int64) if self.contacts is None else self.contacts,
+                "inverted_tets": np.zeros(frames, np.int64) if self.inverted_tets is None else self.inverted_tets,
+                "smallest_volume_ratio": (np.ones(frames) if self.smallest_volume_ratio is None
+                                          else self.smallest_volume_ratio),
+                "filter_pinned": np.zeros(frames, np.int64) if self.filter_pinned is None else self.filter_pinned}
 
 
 def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float,
@@ -74,9 +87,13 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
             skin_detail: Optional[np.ndarray] = None, collisions=None,
             diffusion_steps: int = DEFAULT_DIFFUSION_STEPS,
             diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
-            fat_softening: float = DEFAULT_FAT_SOFTENING) -> AnimationResult:
+            fat_softening: float = DEFAULT_FAT_SOFTENING, rig_offset=None,
+            skin_filter: Optional[SkinFilter] = None) -> AnimationResult:
     """Run every frame; `skin_detail` (T, V, 3), when given, is added to the simulated skin
-    (the shape-key detail the tet mesh cannot carry, inverse/blend.py); `collisions`, when
+    (the shape-key detail the tet mesh cannot carry, inverse/blend.py); with `skin_filter` and
+    `rig_offset` (T, V, 3: the plain rig frame less the rest skin, blend.ShapeKeyFrames) the
+    skin is shown as the plain rig frame plus the low-passed deviation of the simulation from it
+    (skin_filter.py), kept out of the colliders; `collisions`, when
     given, is the collision scene the skin is kept out of (simulator.FaceSimulator) — the
     written skin, detail and the projection of anchored vertices included
     (docs/collisions.md). The painted `maps` are diffused into the volume with
@@ -93,6 +110,10 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     seconds = np.zeros(frames)
     skull_transforms, jaw_transforms = np.zeros((frames, 4, 4)), np.zeros((frames, 4, 4))
     depth, contacts = np.zeros(frames), np.zeros(frames, dtype=np.int64)
+    inverted, smallest_ratio = np.zeros(frames, dtype=np.int64), np.ones(frames)
+    pinned = np.zeros(frames, dtype=np.int64)
+    filtering = skin_filter is not None and rig_offset is not None
+    rest_skin = np.asarray(model["skin_vertices"], dtype=np.float64)
     with Pc2Writer(result_path.with_suffix(".pc2"), skin_count, start_frame=1.0) as cache:
         for frame in range(frames):
             detail = None if skin_detail is None else skin_detail[frame]
@@ -102,17 +123,34 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
                                   skin_offset=detail if collisions is not None else None)
             skull_transforms[frame], jaw_transforms[frame] = step.skull_transform, step.jaw_transform
             depth[frame], contacts[frame] = step.penetration_depth_max, step.contacts
+            ratios = np.linalg.det(simulator.elasticity.deformation_gradients(step.positions))
+            inverted[frame], smallest_ratio[frame] = int((ratios <= 0.0).sum()), float(ratios.min(initial=1.0))
             skin[frame] = simulator.displayed_skin(detail)
-            converged[frame], iterations[frame], seconds[frame] = step.converged, step.iterations, step.seconds
+            filter_started = time.perf_counter()
+            if filtering:
+                head = activations.head_transforms[frame]
+                rig = (rest_skin + rig_offset[frame]) @ head[:3, :3].T + head[:3, 3]
+                pose = BonePose(step.skull_transform, step.jaw_transform, frame)
+                keep_out = None if collisions is None else collision_keep_out(collisions, pose,
+                                                                               settings.contact_tolerance)
+                filtered = skin_filter.apply(skin[frame], rig, keep_out)
+                skin[frame], pinned[frame] = filtered.skin, filtered.pinned + filtered.unfiltered
+                if collisions is not None:      # the written skin's own depth
+                    depth[frame] = collisions.measure(skin[frame], pose).max_depth_m
+            converged[frame], iterations[frame] = step.converged, step.iterations
+            seconds[frame] = step.seconds + (time.perf_counter() - filter_started)
             cache.append(skin[frame])
             progress({"frame": frame + 1, "frames": frames, "converged": bool(step.converged),
-                      "newton_iterations": int(step.iterations), "seconds": round(step.seconds, 3),
-                      **({} if collisions is None else {"penetration_depth_max_mm": round(1e3 * step.penetration_depth_max, 4),
+                      "newton_iterations": int(step.iterations), "seconds": round(float(seconds[frame]), 3),
+                      "inverted_tets": int(inverted[frame]),
+                      **({} if collisions is None else {"penetration_depth_max_mm": round(1e3 * depth[frame], 4),
                                                         "contacts": int(step.contacts),
                                                         "collision_rounds": int(step.collision_rounds)}),
                       **({} if step.converged else {"reason": step.reason})})
     result = AnimationResult(skin_positions=skin, converged=converged, newton_iterations=iterations,
                              frame_seconds=seconds, fps=float(activations.fps), skull_transforms=skull_transforms,
-                             jaw_transforms=jaw_transforms, penetration_depth_max=depth, contacts=contacts)
+                             jaw_transforms=jaw_transforms, penetration_depth_max=depth, contacts=contacts,
+                             inverted_tets=inverted, smallest_volume_ratio=smallest_ratio, filter_pinned=pinned)
     write_npz_atomically(result_path, result.arrays())
     return result
+

@@ -1,0 +1,121 @@
+"""Creases and folds of a deformed skin, measured against a reference shape of the same mesh.
+
+An interior edge (shared by exactly two triangles) bends by the angle between its two
+triangles' normals: 0 on a flat sheet, 180° where the skin folds back onto itself. A
+simulated frame is compared edge by edge with a reference of the same frame (the plain
+blendshape rig, rest + Σ wₖ Δₖ): the rig's own wrinkles and lip corners are not the
+solver's fault, so only the bend *beyond* the reference's counts.
+
+* creased: bent more than CREASE_DEGREES (30°) beyond the reference — a visible ridge;
+* folded: bent more than FOLD_DEGREES (90°) beyond it — skin turned over onto itself.
+
+A triangle the reference itself squashes to a sliver (below SLIVER_SHARE of its rest area: ICT's
+lip line has rest triangles of 0.03 mm² that jawOpen + mouthClose flattens to 0.0009 mm², 6 µm
+high) has no meaningful normal: any smooth motion of a quarter millimetre turns it over. Such
+folds still count; `count(…, rest=…)` also says how many of them lie on slivers.
+
+Triangles must be consistently oriented (a manifold face mesh is); an edge whose two
+triangles disagree would read as bent by 180° at rest, so it is left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .mesh_ops import as_triangle_mesh
+
+CREASE_DEGREES = 30.0
+FOLD_DEGREES = 90.0
+SLIVER_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class BendCount:
+    """One frame's creases and folds against its reference."""
+    creased: int                # edges bent > CREASE_DEGREES beyond the reference
+    folded: int                 # edges bent > FOLD_DEGREES beyond the reference
+    worst_excess_degrees: float
+    worst_edge: int             # index into SkinBends.edges (-1 when there are no edges)
+    folded_on_slivers: int = 0  # of the folded, those next to a triangle the reference squashes to a sliver
+
+
+class SkinBends:
+    """The interior edges of a triangle mesh (optionally only triangles wholly in a vertex
+    region) and their bend angles; built once per mesh, measured per frame."""
+
+    def __init__(self, triangles: np.ndarray, vertex_count: int, region: Optional[np.ndarray] = None):
+        triangles = np.asarray(triangles, dtype=np.int64)
+        _, triangles = as_triangle_mesh(np.zeros((vertex_count, 3)), triangles)
+        if region is not None:
+            region = np.asarray(region)
+            inside = region if region.dtype == bool else np.isin(np.arange(vertex_count), region)
+            if inside.shape != (vertex_count,):
+                raise ValueError(f"region must be a ({vertex_count},) mask or an index array")
+            triangles = triangles[inside[triangles].all(axis=1)]
+        self.triangles = triangles
+        self.edges, self.pairs = _interior_edges(triangles)
+
+    def __len__(self) -> int:
+        return len(self.edges)
+
+    def angles(self, positions: np.ndarray) -> np.ndarray:
+        """(E,) radians: the angle between the normals of each interior edge's two triangles."""
+        corners = np.asarray(positions, dtype=np.float64)[self.triangles]
+        normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+        lengths = np.linalg.norm(normals, axis=1, keepdims=True)
+        normals = normals / np.where(lengths > 0.0, lengths, 1.0)
+        first, second = normals[self.pairs[:, 0]], normals[self.pairs[:, 1]]
+        sine = np.linalg.norm(np.cross(first, second), axis=1)
+        cosine = np.einsum("ij,ij->i", first, second)
+        return np.arctan2(sine, cosine)
+
+    def excess(self, positions: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        """(E,) degrees each edge bends beyond the reference's bend (negative: flatter)."""
+        return np.degrees(self.angles(positions) - self.angles(reference))
+
+    def count(self, positions: np.ndarray, reference: np.ndarray, rest: Optional[np.ndarray] = None) -> BendCount:
+        """Creases and folds of `positions` against `reference`; with the `rest` shape also how
+        many folds lie next to a sliver of the reference (module docstring)."""
+        excess = self.excess(positions, reference)
+        if len(excess) == 0:
+            return BendCount(0, 0, 0.0, -1)
+        worst = int(np.argmax(excess))
+        folded = excess > FOLD_DEGREES
+        on_slivers = 0 if rest is None else int((folded & self.sliver_edges(reference, rest)).sum())
+        return BendCount(creased=int((excess > CREASE_DEGREES).sum()), folded=int(folded.sum()),
+                         worst_excess_degrees=float(excess[worst]), worst_edge=worst, folded_on_slivers=on_slivers)
+
+    def sliver_edges(self, reference: np.ndarray, rest: np.ndarray, share: float = SLIVER_SHARE) -> np.ndarray:
+        """(E,) bool: edges with a triangle whose area in `reference` is below `share` of its rest area."""
+        ratio = _areas(reference, self.triangles) / np.maximum(_areas(rest, self.triangles), 1e-30)
+        return (ratio[self.pairs] < share).any(axis=1)
+
+    def creased_vertices(self, positions: np.ndarray, reference: np.ndarray,
+                         degrees: float = CREASE_DEGREES) -> np.ndarray:
+        """Vertex indices on the edges bent more than `degrees` beyond the reference."""
+        return np.unique(self.edges[self.excess(positions, reference) > degrees])
+
+
+def _areas(positions: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+    corners = np.asarray(positions, dtype=np.float64)[triangles]
+    return 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
+
+
+def _interior_edges(triangles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(E,2) vertex pairs of the edges shared by exactly two consistently oriented triangles,
+    and (E,2) those two triangles."""
+    count = len(triangles)
+    directed = np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]])
+    owner = np.tile(np.arange(count), 3)
+    undirected = np.sort(directed, axis=1)
+    keys, inverse, uses = np.unique(undirected, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    shared = uses[inverse] == 2
+    order = np.argsort(inverse[shared], kind="stable")
+    rows = np.flatnonzero(shared)[order].reshape(-1, 2)            # the two uses of each shared edge
+    # Consistent orientation: the two triangles run the edge in opposite directions.
+    consistent = directed[rows[:, 0], 0] == directed[rows[:, 1], 1]
+    rows = rows[consistent]
+    return undirected[rows[:, 0]], owner[rows]

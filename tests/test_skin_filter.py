@@ -1,0 +1,105 @@
+"""The skin filter (solver/physics/skin_filter.py): the rig where the simulation agrees with it,
+creases finer than the kernel smoothed away, broad motion kept, colliders respected."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from surface_sheets import grid_sheet
+
+from solver.geometry.bends import SkinBends
+from solver.physics.skin_filter import SkinFilter, default_width
+
+SPACING = 0.001          # 1 mm skin triangles, as at ICT's lips
+
+
+def _sheet(n=41):
+    return grid_sheet(n, SPACING)
+
+
+@pytest.fixture(scope="module")
+def sheet():
+    vertices, triangles = _sheet()
+    return vertices, triangles, SkinFilter(vertices, triangles, width_m=0.004)
+
+
+def test_no_deviation_shows_the_rig_exactly_and_a_constant_one_passes(sheet):
+    vertices, triangles, skin_filter = sheet
+    rig = vertices + np.array([0.0, 0.0, 0.002]) * np.sin(vertices[:, :1] * 300.0)   # a wrinkled rig frame
+    assert np.abs(skin_filter.apply(rig, rig).skin - rig).max() < 1e-15
+    shifted = rig + np.array([0.001, -0.002, 0.0005])
+    assert np.abs(skin_filter.apply(shifted, rig).skin - shifted).max() < 1e-12
+
+
+def test_a_kink_finer_than_the_kernel_is_smoothed_and_broad_motion_kept(sheet):
+    vertices, triangles, skin_filter = sheet
+    bends = SkinBends(triangles, len(vertices))
+    # A tet-face kink: 1.5 mm of push that turns within one 1 mm row, as at ICT's lip line.
+    x = vertices[:, 0]
+    kinked = vertices.copy()
+    kinked[:, 2] = 0.0015 * np.clip((x - 0.02) / 0.001, 0.0, 1.0)
+    assert bends.count(kinked, vertices).creased > 0
+    shown = skin_filter.apply(kinked, vertices).skin
+    assert bends.count(shown, vertices).creased == 0
+    # far from the kink the push is kept
+    far = x > 0.035
+    assert np.abs(shown[far, 2] - 0.0015).max() < 0.0002
+    # a broad bulge (20 mm across) keeps most of its height
+    bulge = vertices.copy()
+    bulge[:, 2] = 0.002 * np.exp(-((x - 0.02) ** 2 + (vertices[:, 1] - 0.02) ** 2) / (2 * 0.007 ** 2))
+    centre = np.argmax(bulge[:, 2])
+    assert skin_filter.apply(bulge, vertices).skin[centre, 2] > 0.75 * 0.002
+
+
+def test_the_filter_keeps_the_skin_out_of_a_collider_smoothly(sheet):
+    vertices, triangles, skin_filter = sheet
+    x = vertices[:, 0]
+    # the simulation held a strip of skin 1 mm out of a wall at z < 0.001 over x < 10 mm;
+    # filtered alone, the strip's edge would sink back into the wall
+    simulated = vertices.copy()
+    simulated[x < 0.01, 2] = 0.001
+    wall = (x < 0.01)
+
+    def keep_out(positions):
+        offending = wall & (positions[:, 2] < 0.001 - 1e-9)
+        moved = positions.copy()
+        moved[offending, 2] = 0.001
+        return offending, moved
+
+    unpinned = skin_filter.apply(simulated, vertices).skin
+    assert keep_out(unpinned)[0].any()
+    result = skin_filter.apply(simulated, vertices, keep_out)
+    assert not keep_out(result.skin)[0].any()
+    assert result.unfiltered == 0
+    # pushed out smoothly: on or just above the wall (the push is smoothed too), no crease where
+    # the strip meets the free sheet
+    assert result.skin[wall, 2].min() >= 0.001 - 1e-9 and result.skin[wall, 2].max() < 0.001 + 0.0002
+    bends = SkinBends(triangles, len(vertices))
+    assert bends.count(result.skin, vertices).creased == 0
+
+
+def test_width_comes_from_the_mouth_lattice_spacing(small_demo_model):
+    import json
+    info = json.loads(str(small_demo_model["build_info"]))
+    assert default_width(small_demo_model) == pytest.approx(0.8 * info["mouth_lattice_spacing_m"])
+    with pytest.raises(ValueError, match="positive length"):
+        SkinFilter(np.zeros((3, 3)), np.array([[0, 1, 2]]), width_m=0.0)
+
+
+def test_vertices_a_push_cannot_clear_are_pinned_on_the_collider(sheet):
+    """A one-vertex-wide slot in the wall: the smoothed push cannot reach into it, so the vertices
+    there are pinned onto its surface, exactly."""
+    vertices, triangles, skin_filter = sheet
+    x = vertices[:, 0]
+    slot = np.isclose(x, 0.02)
+    simulated = vertices.copy()
+    simulated[slot, 2] = 0.003
+
+    def keep_out(positions):
+        offending = slot & (positions[:, 2] < 0.003 - 1e-9)
+        moved = positions.copy()
+        moved[offending, 2] = 0.003
+        return offending, moved
+
+    result = skin_filter.apply(simulated, vertices, keep_out)
+    assert not keep_out(result.skin)[0].any()
+    assert result.pinned > 0 and result.unfiltered == 0
