@@ -65,8 +65,8 @@ KeepOut = Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]]
 @dataclass(frozen=True)
 class FilteredSkin:
     skin: np.ndarray           # (V,3) the skin to show
-    pinned: int                # vertices pinned to the unfiltered skin by collisions
-    unfiltered: int            # vertices shown unfiltered because pinning did not clear them
+    pinned: int                # vertices pinned onto a collider's plane (pushes did not clear them)
+    unfiltered: int            # vertices shown as simulated because pinning did not clear them either
 
 
 class SkinFilter:
