@@ -50,10 +50,11 @@ from solver.collisions.teeth import TeethCollider  # noqa: E402
 from solver.geometry.bends import SkinBends  # noqa: E402
 from solver.inverse.blend import blend, load_weights, skin_filter_for  # noqa: E402
 from solver.inverse.fit_file import load_fit  # noqa: E402
+from solver.inverse.shapes import rig_shape_deltas  # noqa: E402
 from solver.model_file import load_model  # noqa: E402
 from solver.physics.animate import animate  # noqa: E402
 from solver.physics.simulator import SimulationSettings  # noqa: E402
-from solver.physics.skin_filter import SkinFilter, collision_keep_out  # noqa: E402
+from solver.physics.skin_filter import SkinFilter  # noqa: E402
 from solver.rig import triangulate  # noqa: E402
 from tests.ict_data import load_ict_rig  # noqa: E402
 
@@ -116,9 +117,7 @@ def play(model, fit, rig, weights_in_fit_order, fps, collisions: bool, detail: b
 
 
 def plain_frames(fit, rig, weights_in_fit_order) -> np.ndarray:
-    fit_names = [str(n) for n in fit["shape_key_names"]]
-    rig_names = [str(n) for n in rig.shape_key_names]
-    deltas = np.asarray(rig.shape_key_deltas)[[rig_names.index(n) for n in fit_names]]
+    deltas = rig_shape_deltas(rig, fit["shape_key_names"], dtype=np.float64)
     return rig.vertices[None] + np.einsum("tk,kvd->tvd", weights_in_fit_order, deltas)
 
 
@@ -144,9 +143,8 @@ def refilter(model, result, plain, label):
     for frame in range(len(result.converged)):
         started = time.perf_counter()
         pose = BonePose(result.skull_transforms[frame], result.jaw_transforms[frame], frame)
-        shown = skin_filter.apply(result.skin_positions[frame], plain[frame],
-                                  collision_keep_out(scene, pose, tolerance))
-        result.skin_positions[frame], pinned[frame] = shown.skin, shown.pinned + shown.unfiltered
+        shown = skin_filter.apply_in_scene(result.skin_positions[frame], plain[frame], scene, pose, tolerance)
+        result.skin_positions[frame], pinned[frame] = shown.skin, shown.held_by_colliders
         result.frame_seconds[frame] += time.perf_counter() - started
     result.filter_pinned = pinned
     print(f"  clip {label}: shown through the skin filter (width {skin_filter.width_m * 1e3:.1f} mm)")

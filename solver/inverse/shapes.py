@@ -286,11 +286,11 @@ def fit_shapes(model, rig: FaceRig, names: Sequence[str], settings: FitSettings 
     }
 
 
-def rig_shape_deltas(rig: FaceRig, names: Sequence[str]) -> np.ndarray:
-    """(K, V, 3) float32 the rig's own shape-key deltas of `names` (FIT.npz `shape_key_deltas`: the
-    plain rig frame a played fit is compared with, physics/skin_filter.py)."""
+def rig_shape_deltas(rig: FaceRig, names: Sequence[str], dtype=np.float32) -> np.ndarray:
+    """(K, V, 3) the rig's own shape-key deltas of `names`, float32 as FIT.npz keeps them
+    (`shape_key_deltas`: the plain rig frame a played fit is compared with, physics/skin_filter.py)."""
     all_names = [str(name) for name in rig.shape_key_names]
-    return np.stack([np.asarray(rig.shape_key_deltas[all_names.index(str(name))]) for name in names]).astype(np.float32)
+    return np.stack([np.asarray(rig.shape_key_deltas[all_names.index(str(name))]) for name in names]).astype(dtype)
 
 
 def _relative_to_context(rest_skin, combined: ShapeFit, context: ShapeFit) -> ShapeFit:

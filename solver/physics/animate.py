@@ -28,7 +28,7 @@ from .inputs import ActivationInput, MapsInput
 from .maps import (DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING,
                    check_fat_softening, material_maps)
 from .simulator import FaceSimulator, MaterialOverrides, SimulationSettings
-from .skin_filter import SkinFilter, collision_keep_out
+from .skin_filter import SkinFilter
 
 
 @dataclass
@@ -131,10 +131,8 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
                 head = activations.head_transforms[frame]
                 rig = (rest_skin + rig_offset[frame]) @ head[:3, :3].T + head[:3, 3]
                 pose = BonePose(step.skull_transform, step.jaw_transform, frame)
-                keep_out = None if collisions is None else collision_keep_out(collisions, pose,
-                                                                               settings.contact_tolerance)
-                filtered = skin_filter.apply(skin[frame], rig, keep_out)
-                skin[frame], pinned[frame] = filtered.skin, filtered.pinned + filtered.unfiltered
+                filtered = skin_filter.apply_in_scene(skin[frame], rig, collisions, pose, settings.contact_tolerance)
+                skin[frame], pinned[frame] = filtered.skin, filtered.held_by_colliders
                 if collisions is not None:      # the written skin's own depth
                     depth[frame] = collisions.measure(skin[frame], pose).max_depth_m
             converged[frame], iterations[frame] = step.converged, step.iterations

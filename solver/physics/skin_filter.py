@@ -68,6 +68,11 @@ class FilteredSkin:
     pinned: int                # vertices pinned onto a collider's plane (pushes did not clear them)
     unfiltered: int            # vertices shown as simulated because pinning did not clear them either
 
+    @property
+    def held_by_colliders(self) -> int:
+        """Vertices a collider kept from being filtered freely (RESULT.npz `filter_pinned`)."""
+        return self.pinned + self.unfiltered
+
 
 class SkinFilter:
     """The surface low-pass of the module docstring on one skin mesh, factorised once."""
@@ -128,6 +133,13 @@ class SkinFilter:
         offending, _ = keep_out(shown)
         shown[offending] = skin[offending]      # still inside: the simulated skin, which contact kept out
         return FilteredSkin(shown, int(pinned.sum()), int(offending.sum()))
+
+
+    def apply_in_scene(self, skin: np.ndarray, rig: np.ndarray, collisions, pose: BonePose,
+                       tolerance: float) -> FilteredSkin:
+        """`apply` kept out of a collision scene's colliders at `pose` (none when `collisions` is None)."""
+        keep_out = None if collisions is None else collision_keep_out(collisions, pose, tolerance)
+        return self.apply(skin, rig, keep_out)
 
 
 def collision_keep_out(collisions, pose: BonePose, tolerance: float):
