@@ -24,6 +24,7 @@ What to play (each run starts from the neutral face):
     .venv/bin/python bench/performance.py --model MODEL.npz --fit FIT.npz [--windows | --frames 0:1400:10]
         [--weights W.npz] [--no-collisions] [--no-detail] [--json OUT.json] [--curve OUT.png]
         [--pictures DIR [--worst 3 | --picture-frames CLIP:FRAME,…]] [--keep DIR] [--no-skin-filter]
+    .venv/bin/python bench/performance.py --model MODEL.npz --fit FIT.npz --kept DIR [DIR …] [--refilter] …
 
 Targets (issue 37), every frame: 0 folded, creased ≤ 0.1 % of the face's edges, 0 lip vertices
 deeper than 0.1 mm in the teeth, converged, 0 inverted tets; median seconds per frame ≤ 4.
@@ -231,7 +232,9 @@ def main():
     parser.add_argument("--picture-frames", default="",
                         help="draw these frames instead of the worst: CLIP:FRAME,… (clip numbers from 0)")
     parser.add_argument("--keep", type=Path, help="keep each clip's RESULT.npz (and the weights played) here")
-    parser.add_argument("--kept", type=Path, help="judge (and draw) the clips kept here by --keep, without simulating")
+    parser.add_argument("--kept", type=Path, nargs="+",
+                        help="judge (and draw) the clips kept in these folders by --keep, without simulating; "
+                             "several folders are judged as one take (e.g. the two halves of the whole take)")
     parser.add_argument("--refilter", action="store_true",
                         help="with --kept clips played with --no-skin-filter: show them through the skin filter "
                              "as animate would (the simulation does not depend on it)")
@@ -244,11 +247,14 @@ def main():
     with np.load(args.weights, allow_pickle=False) as data:
         weight_names = [str(n) for n in data["names"]]
         raw = np.asarray(data["weights"], dtype=np.float64)
+    kept = []                   # (folder, clip index there) of each clip judged from --kept
     if args.kept:
         clips = []
-        for index in range(len(list(args.kept.glob("clip*_weights.npz")))):
-            with np.load(args.kept / f"clip{index}_weights.npz", allow_pickle=False) as arrays:
-                clips.append((str(arrays["label"]), arrays["weights"]))
+        for folder in args.kept:
+            for index in range(len(list(folder.glob("clip*_weights.npz")))):
+                with np.load(folder / f"clip{index}_weights.npz", allow_pickle=False) as arrays:
+                    clips.append((str(arrays["label"]), arrays["weights"]))
+                kept.append((folder, index))
     elif args.windows:
         fit_names = [str(n) for n in fit["shape_key_names"]]
         order = [weight_names.index(n) if n in weight_names else -1 for n in fit_names]
@@ -283,7 +289,7 @@ def main():
         for index, (label, clip) in enumerate(clips):
             print(f"\n{label}: {len(clip)} frames", flush=True)
             if args.kept:
-                result, plain, held, wall = kept_clip(args.kept, index, fit, rig)
+                result, plain, held, wall = kept_clip(*kept[index], fit, rig)
                 if args.refilter:
                     refilter(model, result, plain, index)
             else:

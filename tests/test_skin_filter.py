@@ -103,3 +103,21 @@ def test_vertices_a_push_cannot_clear_are_pinned_on_the_collider(sheet):
     result = skin_filter.apply(simulated, vertices, keep_out)
     assert not keep_out(result.skin)[0].any()
     assert result.pinned > 0 and result.unfiltered == 0
+
+
+def test_smoothing_is_measured_on_the_rig_frame_so_a_squashed_strip_stays_smooth(sheet):
+    """Where the rig squashes skin (a mouth corner pressed shut), a deviation smooth on the rest
+    skin turns within a few squashed triangles; measured on the rig frame it stays smooth there."""
+    vertices, triangles, skin_filter = sheet
+    x = vertices[:, 0]
+    rig = vertices.copy()               # a 4 mm strip squashed to a tenth of its width
+    strip = np.clip(x, 0.018, 0.022)
+    rig[:, 0] = np.where(x < 0.018, x, np.where(x > 0.022, x - 0.0036, 0.018 + 0.1 * (strip - 0.018)))
+    simulated = rig.copy()              # a 1.5 mm step across the strip, 6 mm wide on the rest skin
+    simulated[:, 2] += 0.0015 * np.tanh((x - 0.02) / 0.003)
+    bends = SkinBends(triangles, len(vertices))
+    shown = skin_filter.apply(simulated, rig).skin
+    assert bends.count(shown, rig).creased == 0
+    assert bends.excess(shown, rig).max() < 10.0          # degrees
+    # far from the strip the deviation is kept
+    assert np.abs(shown[x > 0.035, 2] - simulated[x > 0.035, 2]).max() < 0.0002

@@ -10,19 +10,30 @@ triangles of a millimetre or less: at ICT's lip line a 1.5 mm deviation that tur
 tet folds the sub-millimetre triangles over. Features finer than the tets are discretisation
 error, not physics, so the deviation is low-passed on the skin surface before display:
 
-    shown = r + u,   (M + τ² L M⁻¹ L) u = M (s − r),   τ = width² / 2
+    shown = r + u,   (M₀ + τ² L M⁻¹ L) u = M₀ (s − r),   τ = width² / 2
 
-with L the cotangent Laplacian and M the lumped (barycentric) vertex areas of the rest skin: a
-thin-plate smoothing that passes a mode of wavelength λ by 1 / (1 + (2π² width² / λ²)²). It is
-geodesic, so the two lips (joined only around the mouth's inside) and the eyelids are smoothed
-apart. A deviation of zero stays zero — a key played at weight 1 is shown exactly as the rig has
-it — and a constant deviation passes unchanged (L 1 = 0).
+a thin-plate smoothing that passes a mode of wavelength λ by 1 / (1 + (2π² width² / λ²)²).
+M₀ is the lumped (barycentric) vertex area of the rest skin, the weight of the data; L and M,
+the cotangent Laplacian and lumped areas of the plate, are measured on the plain rig frame r,
+the surface the artist sees. Measured on the rest skin instead, a deviation that is smooth there
+turns within the few triangles a pressed mouth corner squashes to a tenth of their width, and
+folds them: on ICT's four hardest windows 35 of 220 frames had folds, all within 3 mm of the
+mouth corners, with deviations of 0.2–3 mm; measured on the rig frame, 10 (docs/performance.md).
+A triangle squashed below SQUASHED_AREA_FLOOR of its rest area counts as that large, which keeps
+its stiffness finite and the plate positive semi-definite (a triangle's part is the Gram matrix of
+its edges over four times its area). The pattern of the matrix is the mesh's; CHOLMOD analyses it
+once per filter and refactorises each frame's values (~0.06 s on ICT's 14,062 skin vertices).
+
+The smoothing is geodesic, so the two lips (joined only around the mouth's inside) and the eyelids
+are smoothed apart. A deviation of zero stays zero — a key played at weight 1 is shown exactly as
+the rig has it — and a constant deviation passes unchanged (L 1 = 0).
 
 A plate, not the membrane M + τ L, because broad deviations are physics the artist asked for and
 must pass: a paralysed smile is the rig's smile missing on one side, a deviation as broad as the
 key. At the demo head's mouth corner the membrane at 0.8 × the tet spacing kept 82 % of it (the
-palsied corner moved 4.0 mm where the healthy one moved 8.2), the plate at 0.6 × keeps 97 %
-(ICT: 88 % and 94 %); its roll-off is steeper, so the tet-face kinks still go.
+palsied corner moved 4.0 mm where the healthy one moved 8.2), the plate at 0.6 × keeps 96 %
+(ICT: 88 % and 95 %; the plate measured on the rig frame of the full smile); its roll-off is
+steeper, so the tet-face kinks still go.
 
 Nothing filtered may end up inside a collider the simulation kept the skin out of. The smoothing
 pulls the skin back toward the rig, and the rig's lips sink into the teeth and into each other,
@@ -31,7 +42,7 @@ so after each pass the filtered skin is tested against the collision scene:
 1. up to PUSH_ROUNDS times, each vertex found deeper than the contact tolerance has twice the push
    onto its collider's tangent plane added to its deviation, and the whole is smoothed again — the
    push is spread like any deviation, so the lip bulges out smoothly;
-2. what is still inside is pinned onto the tangent plane (a large weight in M) and the rest smoothed
+2. what is still inside is pinned onto the tangent plane (a large weight in M₀) and the rest smoothed
    again, up to PIN_ROUNDS times;
 3. a vertex inside after that is shown as simulated, where contact held it out.
 
@@ -47,7 +58,7 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sparse
-from scipy.sparse.linalg import factorized
+from sksparse import cholmod
 
 from ..collisions.contacts import BonePose
 
@@ -57,6 +68,9 @@ WIDTH_PER_MOUTH_SPACING = 0.6
 PUSH_ROUNDS, PUSH_GAIN = 6, 2.0
 PIN_WEIGHT = 1e6           # a pinned vertex's area weight, times its own
 PIN_ROUNDS = 4
+# A triangle the rig squashes below this share of its rest area counts as this large when the
+# smoothing is measured on the rig frame: its stiffness stays finite (and positive semi-definite).
+SQUASHED_AREA_FLOOR = 0.05
 
 # keep_out(positions (V,3)) -> (offending (V,) bool, positions (V,3) with those moved out)
 KeepOut = Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]]
@@ -75,19 +89,31 @@ class FilteredSkin:
 
 
 class SkinFilter:
-    """The surface low-pass of the module docstring on one skin mesh, factorised once."""
+    """The surface low-pass of the module docstring on one skin mesh: its sparsity and CHOLMOD's
+    symbolic analysis are made once, each rig frame only refills the values."""
 
     def __init__(self, rest_skin: np.ndarray, triangles: np.ndarray, width_m: float):
         if not (np.isfinite(width_m) and width_m > 0.0):
             raise ValueError(f"the skin filter's width must be a positive length in metres, got {width_m}")
         rest_skin = np.asarray(rest_skin, dtype=np.float64)
-        triangles = np.asarray(triangles, dtype=np.int64)
+        self.triangles = np.asarray(triangles, dtype=np.int64)
         self.width_m = float(width_m)
         self.vertex_count = len(rest_skin)
-        laplacian, self._areas = _cotangent_laplacian(rest_skin, triangles)
-        tau = 0.5 * self.width_m ** 2
-        self._plate = (tau ** 2 * (laplacian @ sparse.diags(1.0 / self._areas) @ laplacian)).tocsc()
-        self._solve = factorized((sparse.diags(self._areas) + self._plate).tocsc())
+        self._tau = 0.5 * self.width_m ** 2
+        self._rest_triangle_areas = _triangle_areas(rest_skin, self.triangles)
+        self._areas = _lumped(self._rest_triangle_areas, self.triangles, self.vertex_count)
+        # The pattern of M + L M⁻¹ L from the mesh alone (vertices two edges apart), so a value
+        # that happens to vanish (a right angle's cotangent) never changes it.
+        neighbours = sparse.csr_matrix((np.ones(3 * len(self.triangles) * 2),
+                                        (self.triangles[:, [0, 1, 2, 1, 2, 0]].ravel(),
+                                         self.triangles[:, [1, 2, 0, 0, 1, 2]].ravel())),
+                                       shape=(self.vertex_count, self.vertex_count))
+        neighbours = neighbours + sparse.identity(self.vertex_count, format="csr")
+        self._pattern = (neighbours @ neighbours).tocsc()
+        self._pattern.sort_indices()
+        self._pattern_keys = _keys(self._pattern.tocoo())
+        self._analysis = cholmod.analyze(self._matrix(self._plate(rest_skin), self._areas),
+                                         mode="supernodal", ordering_method="metis")
 
     @staticmethod
     def for_model(model: dict, width_m: Optional[float] = None) -> "SkinFilter":
@@ -95,24 +121,22 @@ class SkinFilter:
         return SkinFilter(model["skin_vertices"], model["skin_triangles"],
                           default_width(model) if width_m is None else width_m)
 
-    def smooth(self, deviation: np.ndarray, pinned: Optional[np.ndarray] = None) -> np.ndarray:
-        """(V,3) the low-passed deviation; pinned vertices (V,) bool keep theirs."""
-        deviation = np.asarray(deviation, dtype=np.float64)
-        if pinned is None or not pinned.any():
-            solve, weights = self._solve, self._areas
-        else:
-            weights = self._areas * np.where(pinned, PIN_WEIGHT, 1.0)
-            solve = factorized((sparse.diags(weights) + self._plate).tocsc())
-        right = weights[:, None] * deviation
-        return np.stack([solve(np.ascontiguousarray(right[:, axis])) for axis in range(3)], axis=1)
-
     def apply(self, skin: np.ndarray, rig: np.ndarray, keep_out: Optional[KeepOut] = None) -> FilteredSkin:
         """The skin to show for simulated skin `skin` and plain rig frame `rig` (both (V,3), same
         space). `keep_out(positions) -> ((V,) bool, (V,3))`: the vertices a collider holds deeper
         than its tolerance, and positions with those moved out onto its surface (module docstring)."""
         skin, rig = np.asarray(skin, dtype=np.float64), np.asarray(rig, dtype=np.float64)
+        plate = self._plate(rig)
+        free = self._analysis.cholesky(self._matrix(plate, self._areas))
+
+        def smooth(deviation, pinned=None):
+            if pinned is None:
+                return free(self._areas[:, None] * deviation)
+            weights = self._areas * np.where(pinned, PIN_WEIGHT, 1.0)
+            return self._analysis.cholesky(self._matrix(plate, weights))(weights[:, None] * deviation)
+
         held = skin - rig                       # the deviation to smooth, or to hold where pinned
-        shown = rig + self.smooth(held)
+        shown = rig + smooth(held)
         if keep_out is None:
             return FilteredSkin(shown, 0, 0)
         for _ in range(PUSH_ROUNDS):
@@ -120,7 +144,7 @@ class SkinFilter:
             if not offending.any():
                 return FilteredSkin(shown, 0, 0)
             held[offending] += PUSH_GAIN * (moved[offending] - shown[offending])
-            shown = rig + self.smooth(held)
+            shown = rig + smooth(held)
         pinned = np.zeros(self.vertex_count, dtype=bool)
         for _ in range(PIN_ROUNDS):
             offending, moved = keep_out(shown)
@@ -128,12 +152,28 @@ class SkinFilter:
                 return FilteredSkin(shown, int(pinned.sum()), 0)
             pinned |= offending
             held[offending] = moved[offending] - rig[offending]
-            shown = rig + self.smooth(held, pinned)
+            shown = rig + smooth(held, pinned)
             shown[pinned] = rig[pinned] + held[pinned]      # the weight makes them all but exact; make them exact
         offending, _ = keep_out(shown)
         shown[offending] = skin[offending]      # still inside: the simulated skin, which contact kept out
         return FilteredSkin(shown, int(pinned.sum()), int(offending.sum()))
 
+    def _plate(self, surface: np.ndarray) -> sparse.csc_matrix:
+        """τ² L M⁻¹ L measured on `surface` (the rest skin or a rig frame), squashed triangles
+        floored at SQUASHED_AREA_FLOOR of their rest area."""
+        areas = np.maximum(_triangle_areas(surface, self.triangles),
+                           SQUASHED_AREA_FLOOR * self._rest_triangle_areas)
+        laplacian = _cotangent_laplacian(surface, self.triangles, areas)
+        lumped = _lumped(areas, self.triangles, self.vertex_count)
+        return (self._tau ** 2 * (laplacian @ sparse.diags(1.0 / lumped) @ laplacian)).tocsc()
+
+    def _matrix(self, plate: sparse.csc_matrix, weights: np.ndarray) -> sparse.csc_matrix:
+        """diag(weights) + plate, its values written into the fixed pattern."""
+        values = (sparse.diags(weights, format="csc") + plate).tocoo()
+        matrix = self._pattern.copy()
+        matrix.data = np.zeros(len(matrix.data))
+        matrix.data[np.searchsorted(self._pattern_keys, _keys(values))] = values.data
+        return matrix
 
     def apply_in_scene(self, skin: np.ndarray, rig: np.ndarray, collisions, pose: BonePose,
                        tolerance: float) -> FilteredSkin:
@@ -170,28 +210,39 @@ def default_width(model: dict) -> float:
     return WIDTH_PER_MOUTH_SPACING * float(spacing)
 
 
-def _cotangent_laplacian(vertices: np.ndarray, triangles: np.ndarray) -> tuple[sparse.csr_matrix, np.ndarray]:
-    """(L (V,V) positive semi-definite cotangent Laplacian, lumped areas (V,)): a third of each
-    triangle's area to each corner. Negative cotangents (obtuse angles) are kept: L stays
-    symmetric with zero row sums, and L M⁻¹ L positive semi-definite."""
+def _keys(coo: sparse.coo_matrix) -> np.ndarray:
+    """Column-major keys of a matrix's entries: sorted for a canonical CSC pattern."""
+    return coo.col.astype(np.int64) * coo.shape[0] + coo.row.astype(np.int64)
+
+
+def _triangle_areas(vertices: np.ndarray, triangles: np.ndarray) -> np.ndarray:
+    corners = vertices[triangles]
+    return 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
+
+
+def _lumped(triangle_areas: np.ndarray, triangles: np.ndarray, count: int) -> np.ndarray:
+    """(V,) a third of each triangle's area to each corner; a vertex on no triangle gets a tiny
+    area, so it simply keeps its deviation."""
+    areas = np.zeros(count)
+    for corner in range(3):
+        np.add.at(areas, triangles[:, corner], triangle_areas / 3.0)
+    return np.where(areas > 0.0, areas, max(areas.max(initial=0.0), 1e-12) * 1e-6)
+
+
+def _cotangent_laplacian(vertices: np.ndarray, triangles: np.ndarray, triangle_areas: np.ndarray) -> sparse.csr_matrix:
+    """(V,V) the cotangent Laplacian (P1 stiffness), positive semi-definite with zero row sums,
+    each triangle's cotangents taken with the given area: cot = (u · v) / (2 area). Each
+    triangle's part is a Gram matrix of its edges over 4 × area, so a floored area keeps it
+    semi-definite; negative cotangents (obtuse angles) are kept."""
     count = len(vertices)
     rows, columns, values = [], [], []
     for a, b, c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
         u = vertices[triangles[:, a]] - vertices[triangles[:, c]]
         v = vertices[triangles[:, b]] - vertices[triangles[:, c]]
-        cross = np.linalg.norm(np.cross(u, v), axis=1)
-        cotangent = np.einsum("ij,ij->i", u, v) / np.maximum(cross, 1e-30)
+        cotangent = np.einsum("ij,ij->i", u, v) / np.maximum(2.0 * triangle_areas, 1e-30)
         rows += [triangles[:, a], triangles[:, b]]
         columns += [triangles[:, b], triangles[:, a]]
         values += [0.5 * cotangent, 0.5 * cotangent]
     weights = sparse.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
                                 shape=(count, count))
-    laplacian = sparse.diags(np.asarray(weights.sum(axis=1)).ravel()) - weights
-    corners = vertices[triangles]
-    area = 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
-    areas = np.zeros(count)
-    for corner in range(3):
-        np.add.at(areas, triangles[:, corner], area / 3.0)
-    # A vertex on no triangle has no area: give it a tiny one so it simply keeps its deviation.
-    areas = np.where(areas > 0.0, areas, max(areas.max(initial=0.0), 1e-12) * 1e-6)
-    return laplacian.tocsr(), areas
+    return (sparse.diags(np.asarray(weights.sum(axis=1)).ravel()) - weights).tocsr()
