@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from .mesh_ops import as_triangle_mesh
+from .mesh_ops import as_triangle_mesh, triangle_normals_areas
 
 CREASE_DEGREES = 30.0
 FOLD_DEGREES = 90.0
@@ -89,18 +89,14 @@ class SkinBends:
 
     def sliver_edges(self, reference: np.ndarray, rest: np.ndarray, share: float = SLIVER_SHARE) -> np.ndarray:
         """(E,) bool: edges with a triangle whose area in `reference` is below `share` of its rest area."""
-        ratio = _areas(reference, self.triangles) / np.maximum(_areas(rest, self.triangles), 1e-30)
+        ratio = (triangle_normals_areas(reference, self.triangles)[1]
+                 / np.maximum(triangle_normals_areas(rest, self.triangles)[1], 1e-30))
         return (ratio[self.pairs] < share).any(axis=1)
 
     def creased_vertices(self, positions: np.ndarray, reference: np.ndarray,
                          degrees: float = CREASE_DEGREES) -> np.ndarray:
         """Vertex indices on the edges bent more than `degrees` beyond the reference."""
         return np.unique(self.edges[self.excess(positions, reference) > degrees])
-
-
-def _areas(positions: np.ndarray, triangles: np.ndarray) -> np.ndarray:
-    corners = np.asarray(positions, dtype=np.float64)[triangles]
-    return 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
 
 
 def _interior_edges(triangles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -61,6 +61,7 @@ import scipy.sparse as sparse
 from sksparse import cholmod
 
 from ..collisions.contacts import BonePose
+from ..geometry import triangle_normals_areas
 
 # The kernel's width as a share of the tet spacing at the mouth (the finest in the model): a
 # tet-face kink is smoothed over about one tet. ICT (5.1 mm between the lips): 3.1 mm.
@@ -100,7 +101,7 @@ class SkinFilter:
         self.width_m = float(width_m)
         self.vertex_count = len(rest_skin)
         self._tau = 0.5 * self.width_m ** 2
-        self._rest_triangle_areas = _triangle_areas(rest_skin, self.triangles)
+        self._rest_triangle_areas = triangle_normals_areas(rest_skin, self.triangles)[1]
         self._areas = _lumped(self._rest_triangle_areas, self.triangles, self.vertex_count)
         # The pattern of M + L M⁻¹ L from the mesh alone (vertices two edges apart), so a value
         # that happens to vanish (a right angle's cotangent) never changes it.
@@ -161,7 +162,7 @@ class SkinFilter:
     def _plate(self, surface: np.ndarray) -> sparse.csc_matrix:
         """τ² L M⁻¹ L measured on `surface` (the rest skin or a rig frame), squashed triangles
         floored at SQUASHED_AREA_FLOOR of their rest area."""
-        areas = np.maximum(_triangle_areas(surface, self.triangles),
+        areas = np.maximum(triangle_normals_areas(surface, self.triangles)[1],
                            SQUASHED_AREA_FLOOR * self._rest_triangle_areas)
         laplacian = _cotangent_laplacian(surface, self.triangles, areas)
         lumped = _lumped(areas, self.triangles, self.vertex_count)
@@ -213,11 +214,6 @@ def default_width(model: dict) -> float:
 def _keys(coo: sparse.coo_matrix) -> np.ndarray:
     """Column-major keys of a matrix's entries: sorted for a canonical CSC pattern."""
     return coo.col.astype(np.int64) * coo.shape[0] + coo.row.astype(np.int64)
-
-
-def _triangle_areas(vertices: np.ndarray, triangles: np.ndarray) -> np.ndarray:
-    corners = vertices[triangles]
-    return 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
 
 
 def _lumped(triangle_areas: np.ndarray, triangles: np.ndarray, count: int) -> np.ndarray:
