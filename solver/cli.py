@@ -106,13 +106,13 @@ def _animate(args, report):
         activations = load_activations(args.activations, model)
     else:                       # MODEL FIT WEIGHTS: the second positional is the fit
         from .inverse.blend import blend, load_weights, skin_filter_for
-        from .inverse.fit_file import load_fit
+        from .inverse.fit_file import fit_energy_warning, load_fit
         fit = load_fit(args.activations, model)
         weights, _, fps, head_transforms = load_weights(args.weights, fit)
         blended = blend(fit, weights, fps, head_transforms, detail=not args.no_detail)
         activations, detail, rig_offset = blended.activations, blended.detail, blended.rig_offset
         skin_filter, filter_warning = skin_filter_for(model, blended, enabled=not args.no_skin_filter)
-        for warning in (blended.held_warning(), filter_warning):
+        for warning in (fit_energy_warning(fit), blended.held_warning(), filter_warning):
             if warning:
                 report.warning(warning)
     maps = load_maps(args.maps, model) if args.maps else None

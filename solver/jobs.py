@@ -323,7 +323,8 @@ def _run_build(job: dict, messages: JobMessages) -> dict:
 def _previous_fit(job: dict, model, rig_names: list, messages: JobMessages) -> Optional[dict]:
     """The earlier fit whose other shapes are kept, or None when there is none or it does not
     belong to this model (then everything asked for is fitted afresh and the rest is dropped)."""
-    from .inverse.fit_file import FitFormatError, load_fit
+    from .inverse.fit_file import FitFormatError, fit_energy_warning, fitted_stiffening, load_fit
+    from .physics.active_stiffening import STIFFENING_AT_FULL
     path = job["inputs"].get("previous_fit")
     if path is None:
         return None
@@ -331,6 +332,10 @@ def _previous_fit(job: dict, model, rig_names: list, messages: JobMessages) -> O
         previous = load_fit(path, model)
     except FitFormatError as error:
         messages.warning(f"the earlier fit cannot be kept ({error}); only the shapes fitted now are in the new fit")
+        return None
+    if fitted_stiffening(previous) != STIFFENING_AT_FULL:
+        messages.warning(f"the earlier fit cannot be kept ({fit_energy_warning(previous)}); only the shapes "
+                         "fitted now are in the new fit")
         return None
     dropped = [str(name) for name in previous["shape_key_names"] if str(name) not in rig_names]
     if dropped:
@@ -494,7 +499,7 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
     detail = rig_offset = skin_filter = None
     if "fit" in inputs:
         from .inverse.blend import blend, load_weights, skin_filter_for
-        from .inverse.fit_file import load_fit
+        from .inverse.fit_file import fit_energy_warning, load_fit
         fit = load_fit(inputs["fit"], model)
         weights, _, fps, head_transforms = load_weights(inputs["weights"], fit)
         with_detail = settings["detail"] is not False
@@ -502,7 +507,7 @@ def _run_animate(job: dict, messages: JobMessages) -> dict:
         activations, detail = blended.activations, blended.detail if with_detail else None
         rig_offset = blended.rig_offset
         skin_filter, filter_warning = skin_filter_for(model, blended, enabled=settings["skin_filter"])
-        for warning in (blended.held_warning(), filter_warning):
+        for warning in (fit_energy_warning(fit), blended.held_warning(), filter_warning):
             if warning:
                 messages.warning(warning)
         if "activations" in inputs:

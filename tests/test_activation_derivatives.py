@@ -15,6 +15,7 @@ from solver.physics.activation import (
     tet_activations,
     vector_from_symmetric,
 )
+from solver.physics.active_stiffening import active_stiffening
 from solver.physics.activation_derivatives import (
     ActivationCoupling,
     activation_element_gradients,
@@ -111,12 +112,13 @@ def per_element_error(approximate, exact):
 
 
 def test_energy_identity_behind_the_formulas():
-    """‖F − R(F S) S‖² = ‖F‖² − 2 Σσ̂(F S) + ‖S‖² for symmetric S (any sign of det F, det S)."""
+    """‖F − R(F S) S‖² = ‖F‖² − 2 Σσ̂(F S) + ‖S‖² for symmetric S (any sign of det F, det S);
+    the active term is that times the muscle's stiffening k(S)."""
     parameters = element_test_set(np.random.default_rng(1))
     F, S = parameters["F"], parameters["S"]
     corotational = corotated_element_energies(F, S, 0.0, 1.0, 1.0, 0.0)
     identity = (F ** 2).sum(axis=(1, 2)) - 2 * signed_singular_values(F @ S).sum(axis=1) + (S ** 2).sum(axis=(1, 2))
-    assert np.allclose(corotational, identity, rtol=1e-9, atol=1e-12)
+    assert np.allclose(corotational, active_stiffening(S) * identity, rtol=1e-9, atol=1e-12)
 
 
 def test_element_gradient_matches_finite_differences_of_the_energy():

@@ -19,7 +19,8 @@ from solver.inverse.equilibrium import StaticFace
 from solver.inverse.fibre_fit import FibreFitter
 from solver.inverse import fit as fit_module
 from solver.inverse.fit import ShapeFitter
-from solver.inverse.fit_file import FitFormatError, load_fit, save_fit
+from solver.inverse.fit_file import FitFormatError, fit_energy_warning, fitted_stiffening, load_fit, save_fit
+from solver.physics.active_stiffening import STIFFENING_AT_FULL
 from solver.inverse.regularizers import (ActivationPrior, GroupSparsity, MuscleMembership, contraction_activation,
                                          neutral_activations)
 from solver.inverse.shapes import face_region, fit_shapes, select_shapes
@@ -342,7 +343,11 @@ def test_predicted_start_is_the_first_order_equilibrium_and_saves_newton_iterati
         from_last = face.solve(a + fraction * da, b + fraction * db, start=state.x)
         assert from_prediction.converged and from_last.converged, (from_prediction.reason, from_last.reason)
         assert np.abs(from_prediction.x - from_last.x).max() < 1e-7
-        assert from_prediction.iterations < from_last.iterations, (from_prediction.iterations, from_last.iterations)
+        # fewer iterations at the full step; at half of it both starts may already be a few
+        # Newton steps from the tolerance (3 and 3 with the muscles stiffening)
+        fewer = from_prediction.iterations < from_last.iterations if fraction == 1.0 else \
+            from_prediction.iterations <= from_last.iterations
+        assert fewer, (fraction, from_prediction.iterations, from_last.iterations)
         motion = np.abs(from_last.x - state.x).max()
         errors.append(np.abs(predicted - from_last.x).max())
         assert errors[-1] < 0.2 * motion, (errors[-1], motion)
@@ -693,6 +698,11 @@ def test_a_fit_from_another_model_is_refused(tmp_path, demo_model, demo_rig):
         save_fit(tmp_path / "wrong.npz", dict(arrays, muscles_held=wrong))
         with pytest.raises(FitFormatError, match=message):
             load_fit(tmp_path / "wrong.npz", demo_model)
+    # A fit records the muscle stiffening it was made with; one made with another says so.
+    fit = load_fit(tmp_path / "fit.npz", demo_model)
+    assert fitted_stiffening(fit) == STIFFENING_AT_FULL and fit_energy_warning(fit) == ""
+    older = {key: value for key, value in fit.items() if key != "muscle_stiffening"}
+    assert fitted_stiffening(older) == 1.0 and "fit the shapes again" in fit_energy_warning(older)
 
 
 def _rotation_about_z(angle):

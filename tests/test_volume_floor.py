@@ -74,3 +74,22 @@ def test_volume_ratios_and_the_hessian_added_in_place_agree_with_the_plain_ones(
     energy, gradient = floor.energy_and_gradient(x)
     assert energy == floor.energy(x)
     np.testing.assert_array_equal(gradient, floor.gradient(x))
+
+
+def test_the_barrier_holds_where_the_penalty_gave_way():
+    """φ and φ′ are continuous at the floor, φ is C² where it hands over to its quadratic
+    continuation, it pushes back ever harder as a tet is crushed (φ′ < 0, φ″ > 0 below J₀), and near zero volume pushes tens of
+    times harder than the penalty ½ (J₀ − J)² alone, whose push never exceeds J₀."""
+    from solver.physics.volume_floor import BARRIER_EXTENSION, floor_profile
+    J = np.linspace(-0.5, 0.25, 30001)
+    value, slope, curvature = floor_profile(J, FLOOR)
+    assert not value[J >= FLOOR].any() and not slope[J >= FLOOR].any()
+    below = J < FLOOR
+    assert (slope[below] < 0.0).all() and (curvature[below] > 0.0).all()
+    assert (np.diff(value) <= 0.0).all()
+    for joint in (FLOOR, BARRIER_EXTENSION * FLOOR):
+        left, right = floor_profile(np.array([joint - 1e-9, joint + 1e-9]), FLOOR)[:2]
+        assert abs(left[0] - left[1]) < 1e-8 and abs(right[0] - right[1]) < 1e-6
+    assert abs(floor_profile(np.array([FLOOR - 1e-6]), FLOOR)[2][0] - 1.0) < 1e-3  # the penalty's own curvature
+    push_at_zero = -floor_profile(np.array([0.0]), FLOOR)[1][0]
+    assert push_at_zero > 40.0 * FLOOR

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..npz_files import write_npz_atomically
 from ..physics.activation import active_tet_indices
+from ..physics.active_stiffening import STIFFENING_AT_FULL
 
 FORMAT_VERSION = 1
 REQUIRED_KEYS = ("format_version", "shape_key_names", "activations", "jaw", "fit_error_mm", "status",
@@ -29,11 +30,28 @@ def shape_contexts(fit) -> list[str]:
 
 
 def save_fit(path, arrays: dict) -> None:
-    arrays = dict(arrays, format_version=np.array(FORMAT_VERSION))
+    """Write a fit made by this solver: it records the muscle stiffening it was fitted with."""
+    arrays = dict(arrays, format_version=np.array(FORMAT_VERSION), muscle_stiffening=np.array(STIFFENING_AT_FULL))
     missing = [key for key in REQUIRED_KEYS if key not in arrays]
     if missing:
         raise FitFormatError(f"cannot write a fit without {', '.join(missing)}")
     write_npz_atomically(Path(path), arrays)
+
+
+def fitted_stiffening(fit) -> float:
+    """The muscles' stiffening at full contraction a fit was made with (1: before muscles
+    stiffened as they contract, physics/active_stiffening.py)."""
+    return float(fit["muscle_stiffening"]) if "muscle_stiffening" in fit else 1.0
+
+
+def fit_energy_warning(fit) -> str:
+    """'' when the fit was made with this solver's muscle model, else what to tell the user."""
+    fitted = fitted_stiffening(fit)
+    if fitted == STIFFENING_AT_FULL:
+        return ""
+    return (f"this fit was made with muscles {fitted:g} times stiffer at full contraction, this solver's are "
+            f"{STIFFENING_AT_FULL:g}: its shape keys play back less exactly than they were fitted; fit the "
+            "shapes again")
 
 
 def load_fit(path, model=None) -> dict:

@@ -8,7 +8,10 @@ always agree on R(F S) and on the floor of σ_i + σ_j).
 
 Only the active term of tet i depends on its activation S = S(a) (linear, S_yz = S_zy = a_yz):
 
-    E_i = w [ μ ‖F − R(F S) S‖² + λ (det F − det S)² ],   w = active_weight · s³.
+    E_i = w [ μ k(S) ‖F − R(F S) S‖² + λ (det F − det S)² ],   w = active_weight · s³,
+
+k(S) the muscle's stiffening (active_stiffening.py). Below, μ stands for μ k(S); the variation of
+k adds μ w ‖F − R S‖² ∂k/∂S to ∂E/∂S and 2 μ w (F − R S) ⟨∂k/∂S, E_k⟩ to the mixed block.
 
 With R = R(F S) = U Vᵀ from the rotation-variant SVD F S = U diag(σ̂) Vᵀ and S symmetric,
 ⟨F, R S⟩ = ⟨F S, R⟩ = Σσ̂(F S), so
@@ -61,6 +64,7 @@ import numpy as np
 import scipy.sparse
 from numba import njit, prange
 
+from .active_stiffening import stiffening_and_slope
 from .corotated import (
     _PAIR_FIRST,
     _PAIR_SECOND,
@@ -102,7 +106,21 @@ def _activation_element(F, S, weight, mu, lam, compute_gradient, compute_block, 
     _matmul3(U, V.T, rotation)
     cofactor_S = _cofactor(S)
     volume_change = _det3(F) - _det3(S)
-    mu_w, lam_w = 2.0 * mu * weight, 2.0 * lam * weight
+    stiffening, slope = stiffening_and_slope(S)
+    mu_w, lam_w = 2.0 * mu * stiffening * weight, 2.0 * lam * weight
+    # k(S) varies with the activation: ∂k/∂S = 2 (dk/dq) (S − I) multiplies μ w ‖F − R S‖² in
+    # ∂E/∂S and 2 μ w (F − R S) in the mixed block.
+    residual = np.empty((3, 3))
+    _matmul3(rotation, S, residual)
+    squared_residual = 0.0
+    for a in range(3):
+        for b in range(3):
+            residual[a, b] = F[a, b] - residual[a, b]
+            squared_residual += residual[a, b] * residual[a, b]
+    stiffening_gradient = np.empty((3, 3))
+    for a in range(3):
+        for b in range(3):
+            stiffening_gradient[a, b] = 2.0 * slope * (S[a, b] - (1.0 if a == b else 0.0))
     if compute_gradient:
         FtR = np.empty((3, 3))
         _matmul3(F.T, rotation, FtR)
@@ -110,7 +128,8 @@ def _activation_element(F, S, weight, mu, lam, compute_gradient, compute_block, 
         gradient_S = np.empty((3, 3))
         for a in range(3):
             for b in range(3):
-                gradient_S[a, b] = mu_w * (S[a, b] - FtR[a, b]) - lam_w * volume_change * cofactor_S[a, b]
+                gradient_S[a, b] = (mu_w * (S[a, b] - FtR[a, b]) - lam_w * volume_change * cofactor_S[a, b]
+                                    + mu * weight * squared_residual * stiffening_gradient[a, b])
         for k in range(6):
             g[k] = _project_to_vector(gradient_S, k)
     if compute_block:
@@ -118,6 +137,7 @@ def _activation_element(F, S, weight, mu, lam, compute_gradient, compute_block, 
         for k in range(6):
             r, c = _ENTRY_ROW[k], _ENTRY_COLUMN[k]
             volume_coupling = lam_w * _project_to_vector(cofactor_S, k)
+            stiffening_coupling = 2.0 * mu * weight * _project_to_vector(stiffening_gradient, k)
             for a in range(3):
                 for b in range(3):
                     # vec(R E_k)[3a+b] = R[a, r] δ_bc + R[a, c] δ_br (one term on the diagonal).
@@ -126,7 +146,8 @@ def _activation_element(F, S, weight, mu, lam, compute_gradient, compute_block, 
                         rotated_basis += rotation[a, r]
                     if b == r and r != c:
                         rotated_basis += rotation[a, c]
-                    M[3 * a + b, k] = -mu_w * rotated_basis - volume_coupling * cofactor_F[a, b]
+                    M[3 * a + b, k] = (-mu_w * rotated_basis - volume_coupling * cofactor_F[a, b]
+                                       + stiffening_coupling * residual[a, b])
         twist, direction, pulled_back = np.empty((3, 3)), np.empty((3, 3)), np.empty((3, 3))
         for p in range(3):
             i, j = _PAIR_FIRST[p], _PAIR_SECOND[p]

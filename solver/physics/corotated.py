@@ -4,7 +4,10 @@ Per tet i, with deformation gradient F, symmetric activation S, weights w_p, w_a
 material parameters μ, λ (Pa):
 
     E_i = w_p [ μ ‖F − R(F)‖²      + λ (det F − 1)²     ]
-        + w_a [ μ ‖F − R(F S) S‖²  + λ (det F − det S)² ]
+        + w_a [ μ k(S) ‖F − R(F S) S‖²  + λ (det F − det S)² ]
+
+with k(S) ≥ 1 the stiffening of a contracting muscle, 1 at S = I (active_stiffening.py); below,
+the active term's μ stands for μ k(S), a per-tet constant in a forward frame.
 
 R(M) is the rotation of the polar decomposition of M, taken from the rotation-variant SVD
 M = U Σ Vᵀ (U, V proper rotations, σ1 ≥ σ2 ≥ |σ3|, σ3 < 0 for inverted M), R = U Vᵀ. It
@@ -64,6 +67,8 @@ import numba
 import numpy as np
 import scipy.sparse
 from numba import njit, prange
+
+from .active_stiffening import stiffening_and_slope
 
 # The stiffness unit of the Phace defaults μ = 1, λ = 3 (docs/physics.md): 1 kPa.
 STIFFNESS_UNIT_PA = 1000.0
@@ -314,7 +319,9 @@ def _general_element(F, S, passive_weight, active_weight, mu, lam,
         value += _add_corotational_term(F, np.eye(3), mu * passive_weight,
                                         compute_gradient, compute_hessian, P, H)
     if active_weight != 0.0:
-        value += _add_corotational_term(F, S, mu * active_weight,
+        # The contracting muscle's shear term stiffens (active_stiffening.py); its volume term does not.
+        stiffening, _ = stiffening_and_slope(S)
+        value += _add_corotational_term(F, S, mu * active_weight * stiffening,
                                         compute_gradient, compute_hessian, P, H)
     volume_ratio = _det3(F)
     passive_change = volume_ratio - 1.0

@@ -1,11 +1,23 @@
-"""A penalty on tets squeezed below a floor of their rest volume: E = κ/2 Σ_t (J₀ − J_t)₊², J = det F.
+"""The volume floor: tets squeezed below a share J₀ of their rest volume pay a penalty and a barrier.
 
-Part of the tissue's energy in the forward solve (SimulationSettings.volume_floor; docs/physics.md,
-"Energy"). The co-rotated energy resists a change of volume only as λ (J − 1)², finite through
-J = 0, so a tet the tissue around it pushes hard enough passes through zero volume and turns
-inside out: blends of fitted ICT shapes did, at the mouth. Tissue is nearly incompressible, so
-no expression asks for a tet at a fifth of its volume; the floor is zero on every tet at or
-above J₀ and changes nothing there.
+    E = Σ_t κ_t φ(J_t),   J = det F,   s = J₀ − J,
+    φ(J) = ½ s² + b(J),   b(J) = −(J − J₀)² ln(J / J₀)      for J_ε ≤ J < J₀ (0 above J₀),
+    φ(J) = φ(J_ε) + φ′(J_ε)(J − J_ε) + ½ φ″(J_ε)(J − J_ε)²     below J_ε = BARRIER_EXTENSION · J₀.
+
+Part of the tissue's energy in the forward solve and the fit (SimulationSettings.volume_floor;
+docs/physics.md, "Energy"). The co-rotated energy resists a change of volume only as
+λ (J − 1)², finite through J = 0, so a tet the tissue around it pushes hard enough passes through
+zero volume and turns inside out: blends of fitted ICT shapes did, at the mouth. Tissue is nearly
+incompressible, so no expression asks for a tet at a fifth of its volume; the floor is zero on
+every tet at or above J₀ and changes nothing there.
+
+The penalty ½ s² alone pushes back with at most κ J₀ at J = 0: soft tets between muscles
+contracting many times stiffer (active_stiffening.py) were crushed through it. b is the clamped log
+barrier of Incremental Potential Contact (Li et al. 2020): zero with its first two derivatives at J₀,
+growing without bound as J → 0. Below J_ε its quadratic continuation keeps E finite, so a start
+that is already inverted (a predicted or bone-moved start) still has an energy and a gradient
+that pushes the tet back; there the force is already ~50× the penalty's at J = 0 and grows
+with the inversion.
 
 Three tiers as for the elasticity: per-element value, gradient ∂E/∂F and 9×9 Hessian on stacked
 deformation gradients; whole-mesh energy, gradient and Hessian on the elasticity's pattern. J
@@ -13,10 +25,10 @@ of every tet comes from one numba pass; everything else is assembled only for th
 the floor.
 
     ∂J/∂F = cof F,   ∂²J/∂F_ij ∂F_kl = ε_ikm ε_jln F_mn,
-    ∂²E/∂F² = κ [cof F ⊗ cof F − (J₀ − J) ∂²J/∂F²]   (J < J₀)
+    ∂E/∂F = κ φ′(J) cof F,   ∂²E/∂F² = κ [φ″(J) cof F ⊗ cof F + φ′(J) ∂²J/∂F²]
 
-The second term is indefinite; `hessian(project=True)` clamps each tet's 12×12 block to its
-positive part, as the elasticity does.
+The second term is indefinite (φ′ < 0 below J₀); `hessian(project=True)` clamps each tet's 12×12
+block to its positive part, as the elasticity does.
 """
 from __future__ import annotations
 
@@ -34,12 +46,43 @@ def _stacked_cofactors(F, out):
 
 
 @njit(cache=True)
-def _floor_hessians(F, shortfall, stiffness, out):
-    """out[t] += κ [cof ⊗ cof − (J₀ − J) ∂²J/∂F²] for the tets below the floor (the elasticity's
-    own volume-term kernel, with the floor's coefficients)."""
+def _floor_hessians(F, slope, curvature, stiffness, out):
+    """out[t] += κ [φ″ cof ⊗ cof + φ′ ∂²J/∂F²] for the tets below the floor (the elasticity's own
+    volume-term kernel, with the floor's coefficients)."""
     for t in range(F.shape[0]):
-        if shortfall[t] > 0.0:
-            _add_volume_hessian(F[t], _cofactor(F[t]), stiffness[t], -stiffness[t] * shortfall[t], out[t])
+        if slope[t] != 0.0:
+            _add_volume_hessian(F[t], _cofactor(F[t]), stiffness[t] * curvature[t], stiffness[t] * slope[t], out[t])
+
+
+# Where the barrier hands over to its quadratic continuation, as a share of the floor J₀.
+BARRIER_EXTENSION = 0.05
+
+
+def _barrier_on_range(J, floor):
+    """(φ, φ′, φ″) of ½ s² + b on J_ε ≤ J ≤ J₀ (J an array)."""
+    shortfall = floor - J
+    logarithm = np.log(J / floor)
+    value = 0.5 * shortfall ** 2 - shortfall ** 2 * logarithm
+    slope = -shortfall + 2.0 * shortfall * logarithm - shortfall ** 2 / J
+    curvature = 1.0 - 2.0 * logarithm + 4.0 * shortfall / J + shortfall ** 2 / J ** 2
+    return value, slope, curvature
+
+
+def floor_profile(J, floor: float):
+    """(φ(J), φ′(J), φ″(J)) per tet for volume ratios J (M,): zero at and above the floor."""
+    J = np.asarray(J, dtype=np.float64)
+    extension = BARRIER_EXTENSION * floor
+    below, deep = J < floor, J < extension
+    value, slope, curvature = np.zeros_like(J), np.zeros_like(J), np.zeros_like(J)
+    on_range = below & ~deep
+    value[on_range], slope[on_range], curvature[on_range] = _barrier_on_range(J[on_range], floor)
+    if deep.any():
+        at_value, at_slope, at_curvature = _barrier_on_range(np.array([extension]), floor)
+        offset = J[deep] - extension
+        value[deep] = at_value[0] + at_slope[0] * offset + 0.5 * at_curvature[0] * offset ** 2
+        slope[deep] = at_slope[0] + at_curvature[0] * offset
+        curvature[deep] = at_curvature[0]
+    return value, slope, curvature
 
 
 def cofactors(F) -> np.ndarray:
@@ -51,23 +94,22 @@ def cofactors(F) -> np.ndarray:
 
 
 def floor_element_energies(F, floor: float, stiffness) -> np.ndarray:
-    """(M,) κ/2 (J₀ − J)₊² for stacked F (M,3,3); stiffness κ a scalar or (M,)."""
-    shortfall = np.maximum(floor - np.linalg.det(F), 0.0)
-    return 0.5 * _per_element(stiffness, len(F)) * shortfall ** 2
+    """(M,) κ φ(det F) for stacked F (M,3,3); stiffness κ a scalar or (M,)."""
+    return _per_element(stiffness, len(F)) * floor_profile(np.linalg.det(F), floor)[0]
 
 
 def floor_element_gradients(F, floor: float, stiffness) -> np.ndarray:
-    """(M,3,3) ∂E/∂F = −κ (J₀ − J)₊ cof F."""
-    shortfall = np.maximum(floor - np.linalg.det(F), 0.0)
-    return -(_per_element(stiffness, len(F)) * shortfall)[:, None, None] * cofactors(F)
+    """(M,3,3) ∂E/∂F = κ φ′(J) cof F."""
+    slope = floor_profile(np.linalg.det(F), floor)[1]
+    return (_per_element(stiffness, len(F)) * slope)[:, None, None] * cofactors(F)
 
 
 def floor_element_hessians(F, floor: float, stiffness) -> np.ndarray:
     """(M,9,9) ∂²E/∂F² (row-major flattening of F); zero for tets at or above the floor."""
     F = np.ascontiguousarray(F, dtype=np.float64)
-    shortfall = np.maximum(floor - np.linalg.det(F), 0.0)
+    _, slope, curvature = floor_profile(np.linalg.det(F), floor)
     hessians = np.zeros((len(F), 9, 9))
-    _floor_hessians(F, shortfall, np.ascontiguousarray(_per_element(stiffness, len(F))), hessians)
+    _floor_hessians(F, slope, curvature, np.ascontiguousarray(_per_element(stiffness, len(F))), hessians)
     return hessians
 
 
@@ -92,7 +134,7 @@ def _per_element(stiffness, count: int) -> np.ndarray:
 
 
 class VolumeFloor:
-    """The floor penalty on one tet mesh (the elasticity's shape gradients and Hessian pattern),
+    """The floor's penalty and barrier on one tet mesh (the elasticity's shape gradients and Hessian pattern),
     with one stiffness κ for every tet or one per tet ((M,), e.g. in J for forward physics)."""
 
     def __init__(self, elasticity: CorotatedElasticity, floor: float = 0.2, stiffness=1.0):
