@@ -17,7 +17,7 @@ from solver.physics.corotated import (
     corotated_energy,
 )
 from solver.physics.energy_registry import REGISTERED_ENERGIES, random_activations, random_rotations
-from solver.physics.simple_energies import GravityEnergy, InertiaEnergy
+from solver.physics.simple_energies import STANDARD_GRAVITY, GravityEnergy, InertiaEnergy
 
 EDGE = 0.01                         # m: test meshes have 1 cm edges, like a face model's tets
 STEP = 1e-6 * EDGE                  # central-difference step in positions
@@ -445,7 +445,7 @@ def test_gravity_and_inertia_values():
     rng = np.random.default_rng(17)
     mass = rng.uniform(1.0, 2.0, 5)
     x = rng.standard_normal((5, 3))
-    gravity = GravityEnergy(mass)
+    gravity = GravityEnergy(mass, (0.0, 0.0, -STANDARD_GRAVITY))
     assert gravity.energy(x) == pytest.approx(9.81 * (mass * x[:, 2]).sum())
     assert gravity.hessian(x).nnz == 0
     predicted = rng.standard_normal((5, 3))

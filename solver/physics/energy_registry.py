@@ -19,7 +19,7 @@ import scipy.sparse
 from ..collisions.contacts import ContactPlanes
 from .contact import AugmentedLagrangianContact, SkinEmbedding
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
-from .simple_energies import GravityEnergy, InertiaEnergy
+from .simple_energies import STANDARD_GRAVITY, GravityEnergy, InertiaEnergy
 from .volume_floor import VolumeFloor
 
 
@@ -111,7 +111,7 @@ def _random_node_masses(rng, rest_positions) -> np.ndarray:
 
 
 def _gravity(rest_positions, tets, rng) -> RegisteredEnergy:
-    return RegisteredEnergy(GravityEnergy(_random_node_masses(rng, rest_positions)),
+    return RegisteredEnergy(GravityEnergy(_random_node_masses(rng, rest_positions), (0.0, 0.0, -STANDARD_GRAVITY)),
                             rigid_motion_invariant=False, rest_is_equilibrium=False)
 
 

@@ -13,6 +13,7 @@ from typing import Optional
 import numpy as np
 
 from .corotated import CorotatedElasticity, TetMaterial
+from .simple_energies import InertiaEnergy
 from .volume_floor import VolumeFloor
 
 
@@ -33,11 +34,11 @@ class FrameObjective:
     def __init__(self, elasticity: CorotatedElasticity, node_mass: np.ndarray):
         self.elasticity = elasticity
         self.node_mass = np.asarray(node_mass, dtype=np.float64)
-        self.lumped_mass = np.repeat(self.node_mass, 3)
         self.material: Optional[TetMaterial] = None
         self.constant_force = np.zeros(3 * elasticity.node_count)   # gravity + wind
-        self.inertia_target: Optional[np.ndarray] = None
-        self.time_step = 0.0
+        # The backward-Euler inertia of a dynamic step (None quasi-statically); its Hessian is a
+        # diagonal, added on the elasticity's pattern.
+        self.inertia: Optional[InertiaEnergy] = None
         # The augmented-Lagrangian contact term of the current collision round (contact.py).
         self.contact = None
         # The exact Hessian: Newton then converges quadratically (7 iterations for gravity on the
@@ -62,9 +63,6 @@ class FrameObjective:
             self._floor_for = cached = (self.material, settings, floor)
         return cached[2]
 
-    def _inertia_weight(self):
-        return self.lumped_mass / self.time_step ** 2 if self.inertia_target is not None else None
-
     def energy(self, x):
         return self._add_other_terms(x, self.elasticity.energy(x, self.material), None)[0]
 
@@ -78,8 +76,7 @@ class FrameObjective:
     def _add_other_terms(self, x, value, gradient):
         """(value, gradient): the elastic ones given (None: not wanted) plus gravity and wind,
         inertia and contact."""
-        weight = self._inertia_weight()
-        offset = x - self.inertia_target if weight is not None else None
+        inertia = self.inertia
         floor = self.volume_floor
         floor_value = floor_gradient = None
         if floor is not None:
@@ -93,16 +90,16 @@ class FrameObjective:
             value = value - self.constant_force @ x
             if floor_value is not None:
                 value += floor_value
-            if weight is not None:
-                value += 0.5 * offset @ (weight * offset)
+            if inertia is not None:
+                value += inertia.energy(x)
             if self.contact is not None:
                 value += self.contact.energy(x)
         if gradient is not None:
             gradient = gradient - self.constant_force
             if floor_gradient is not None:
                 gradient += floor_gradient
-            if weight is not None:
-                gradient += weight * offset
+            if inertia is not None:
+                gradient += inertia.gradient(x)
             if self.contact is not None:
                 gradient += self.contact.gradient(x)
         return value, gradient
@@ -125,9 +122,8 @@ class FrameObjective:
         floor = self.volume_floor
         if floor is not None:
             floor.add_hessian_into(hessian.data, x, project)
-        weight = self._inertia_weight()
-        if weight is not None:
-            hessian.data[self.elasticity.diagonal_entry_positions] += weight
+        if self.inertia is not None:
+            hessian.data[self.elasticity.diagonal_entry_positions] += self.inertia.hessian_diagonal
         if self.contact is not None:
             # On the elasticity's own pattern: the reduced pattern, and CHOLMOD's analysis, hold.
             self.contact.add_hessian_into(hessian.data, x)
@@ -143,8 +139,8 @@ class FrameObjective:
         restricted = FrameObjective(elasticity, self.node_mass[region.nodes])
         restricted.material = self.material.restricted_to(region.tets)
         restricted.constant_force = self.constant_force[dofs]
-        if self.inertia_target is not None:
-            restricted.inertia_target, restricted.time_step = self.inertia_target[dofs], self.time_step
+        if self.inertia is not None:
+            restricted.inertia = InertiaEnergy(restricted.node_mass, self.inertia.x_hat[dofs], self.inertia.dt)
         restricted.project_hessian = self.project_hessian
         restricted.volume_floor_share = self.volume_floor_share
         restricted.volume_floor_stiffness = self.volume_floor_stiffness

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse
 
-STANDARD_GRAVITY = (0.0, 0.0, -9.81)  # m/s², Blender's Z up
+STANDARD_GRAVITY = 9.81    # m/s²; the simulator points it down the head frame's up axis
 
 
 def _node_masses(node_mass) -> np.ndarray:
@@ -33,9 +33,10 @@ def _flat_positions(x, node_count: int) -> np.ndarray:
 
 
 class GravityEnergy:
-    """E = −Σ_j m_j g·x_j: the potential of uniform gravity g (m/s²) on lumped node masses (kg)."""
+    """E = −Σ_j m_j g·x_j: the potential of uniform gravity g (m/s², a vector) on lumped node
+    masses (kg)."""
 
-    def __init__(self, node_mass, g=STANDARD_GRAVITY):
+    def __init__(self, node_mass, g):
         node_mass = _node_masses(node_mass)
         self.node_count = len(node_mass)
         self.gravity = np.asarray(g, dtype=np.float64).reshape(3)

@@ -40,8 +40,8 @@ from .contact_region import DEFAULT_REGION_RINGS, ContactRegion
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .frame_objective import FrameObjective
 from .newton import MAX_FORCING, NewtonSolver
+from .simple_energies import STANDARD_GRAVITY, GravityEnergy, InertiaEnergy
 
-STANDARD_GRAVITY = 9.81
 AIR_DENSITY = 1.2           # kg/m³
 WIND_DRAG_COEFFICIENT = 1.0
 # Convergence is judged on the reduced force residual relative to the forces that drive the
@@ -245,9 +245,10 @@ class FaceSimulator:
                                    max_iterations=s.max_iterations)
         # Gravity points down in the rig's rest pose: the head frame's up axis at rest.
         self.gravity_force = np.zeros(3 * node_count)
-        if s.gravity:
+        if s.gravity:       # down the head frame's up axis; linear in x, so only its force is kept
             down = -np.asarray(model["head_frame"])[1]
-            self.gravity_force = (self.node_mass[:, None] * STANDARD_GRAVITY * down).reshape(-1)
+            self.gravity_force = -GravityEnergy(self.node_mass, STANDARD_GRAVITY * down).gradient(
+                np.zeros(3 * node_count))
         self._skin_triangles = np.asarray(model["skin_triangles"])
         self.skin_embedding = SkinEmbedding.from_model(model)
         self.collisions = collisions
@@ -449,11 +450,9 @@ class FaceSimulator:
         objective = self.objective
         objective.constant_force = self.gravity_force + self.wind_force()
         previous = self.positions.copy()
-        if self.settings.dynamic:
-            objective.time_step = 1.0 / (self.settings.fps * self.settings.substeps)
-            objective.inertia_target = previous + objective.time_step * self.velocity
-        else:
-            objective.inertia_target = None
+        time_step = 1.0 / (self.settings.fps * self.settings.substeps)
+        objective.inertia = InertiaEnergy(self.node_mass, previous + time_step * self.velocity, time_step) \
+            if self.settings.dynamic else None
         force_scale = self.force_scale(previous, skull, jaw_transform)
         if self.contact_response is None:
             result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
@@ -462,7 +461,7 @@ class FaceSimulator:
             result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale, budget, tolerance)
         self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
         if self.settings.dynamic:
-            self.velocity = (self.positions - previous) / objective.time_step
+            self.velocity = (self.positions - previous) / time_step
         return result
 
     def _solve_with_contacts(self, previous, skull, jaw_transform, pose, force_scale, budget=None, tolerance=None):
