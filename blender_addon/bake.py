@@ -16,9 +16,8 @@ import bpy
 import numpy as np
 
 from . import pc2_cache
+from .names import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
 
-CACHE_MODIFIER_NAME = "Face Physics cache"
-BAKE_KEY_PREFIX = "FP bake "
 BAKE_ACTION_PREFIX = "FP bake "
 CACHE_FOLDER = "face_physics"
 

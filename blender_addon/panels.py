@@ -3,38 +3,12 @@ from __future__ import annotations
 
 import bpy
 
-from . import fat_preview, muscle_overlay, preferences, solver_environment
+from . import fat_preview, muscle_overlay
+from .preferences import draw_solver_status
+from .ui_text import wrap
 from .job_runner import current_job
 
 CATEGORY = "Face Physics"
-
-
-def draw_solver_status(layout, context, always=False) -> bool:
-    """The one message shown while no solver Python is available; True when it was drawn."""
-    if preferences.solver_python() is not None:
-        if always:
-            layout.label(text=f"Solver Python: {preferences.solver_python()}", icon='CHECKMARK')
-        return False
-    box = layout.box()
-    box.alert = True
-    column = box.column(align=True)
-    message = solver_environment.missing_solver_message(preferences.preferred_python())
-    for line in _wrap(message, 48):
-        column.label(text=line)
-    box.operator("face_physics.install_solver", icon='IMPORT')
-    return True
-
-
-def _wrap(text: str, width: int):
-    line = ""
-    for word in text.split():
-        if line and len(line) + 1 + len(word) > width:
-            yield line
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    if line:
-        yield line
 
 
 def draw_job_status(layout, context) -> None:
@@ -48,7 +22,7 @@ def draw_job_status(layout, context) -> None:
     elif state.last_error:
         box = layout.box()
         box.alert = True
-        for line in _wrap(f"Last job failed: {state.last_error}", 48):
+        for line in wrap(f"Last job failed: {state.last_error}", 48):
             box.label(text=line)
 
 

@@ -6,6 +6,7 @@ import bpy
 from bpy.props import StringProperty
 
 from . import solver_environment
+from .ui_text import wrap
 
 ADDON_PACKAGE = __package__
 
@@ -38,6 +39,22 @@ def solver_python():
     return solver_environment.resolve_solver_python(preferred_python(), solver_venv_dir())
 
 
+def draw_solver_status(layout, context, always=False) -> bool:
+    """The one message shown while no solver Python is available; True when it was drawn."""
+    if solver_python() is not None:
+        if always:
+            layout.label(text=f"Solver Python: {solver_python()}", icon='CHECKMARK')
+        return False
+    box = layout.box()
+    box.alert = True
+    column = box.column(align=True)
+    message = solver_environment.missing_solver_message(preferred_python())
+    for line in wrap(message, 48):
+        column.label(text=line)
+    box.operator("face_physics.install_solver", icon='IMPORT')
+    return True
+
+
 class FACE_PHYSICS_AP_preferences(bpy.types.AddonPreferences):
     bl_idname = ADDON_PACKAGE
 
@@ -47,7 +64,6 @@ class FACE_PHYSICS_AP_preferences(bpy.types.AddonPreferences):
                     "Empty = the one Install solver creates in the add-on's user folder")
 
     def draw(self, context):
-        from .panels import draw_solver_status
         layout = self.layout
         layout.prop(self, "solver_python")
         draw_solver_status(layout, context, always=True)

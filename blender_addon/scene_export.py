@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import head_motion, preflight
+from .names import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
 from .preflight import ERROR, Finding
 
 SCALE_TOLERANCE = 1e-4
@@ -91,7 +92,6 @@ def shape_keys(obj, mapping: Dict[str, str]) -> Tuple[List[str], List[str], np.n
 
 
 def _is_bake_key(name: str) -> bool:
-    from .bake import BAKE_KEY_PREFIX
     return name.startswith(BAKE_KEY_PREFIX)
 
 
@@ -495,7 +495,6 @@ def simulation_settings(context, obj, with_fit: bool) -> dict:
 
 def cache_preflight(obj) -> List[Finding]:
     """Modifiers ahead of the Face Physics cache that could change the vertex count."""
-    from .bake import CACHE_MODIFIER_NAME
     before = []
     for modifier in obj.modifiers:
         if modifier.name == CACHE_MODIFIER_NAME:
