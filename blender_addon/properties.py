@@ -139,7 +139,7 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
                                              "the speed in m/s")
     wind_direction: FloatVectorProperty(name="Wind direction", size=3, default=(0.0, -1.0, 0.0),
                                         subtype='DIRECTION')
-    wind_speed: FloatProperty(name="Wind speed (m/s)", default=0.0, min=0.0, max=100.0)
+    wind_speed: FloatProperty(name="Wind speed (m/s)", default=0.0, min=0.0, max=30.0)
     substeps: IntProperty(name="Substeps", default=1, min=1, max=100)
     # Bake
     animation_source: EnumProperty(name="Drive", items=(

@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 
 
 class InputError(ValueError):
@@ -61,167 +59,89 @@ def _demo_rig(args, report):
                   message=f"wrote {args.output}: {len(rig.vertices)} vertices, {len(rig.shape_key_names)} shape keys")
 
 
-def _build(rig, target_tets, output, report):
-    from .model_builder.builder import BuildOptions, build_model
-    from .model_file import build_info, save_model
-    start = time.perf_counter()
-    model = build_model(rig, BuildOptions(target_tets=target_tets, progress=report.progress))
-    save_model(output, model)
-    info = build_info(model)
-    report.result(path=str(output), tets=info["tet_count"], nodes=info["node_count"],
-                  muscles=len(model["muscle_names"]), seconds=round(time.perf_counter() - start, 2),
-                  message=f"wrote {output}: {info['tet_count']} tets, {info['node_count']} nodes, "
-                          f"{len(model['muscle_names'])} muscles in {time.perf_counter() - start:.1f} s")
-    return model
+def _labelled(labels: dict):
+    """How the command line spells a request's fields: `labels`, else --field-name."""
+    return lambda field: labels.get(field, "--" + field.replace("_", "-"))
+
+
+def _submit(make_request, run, labels: dict, report) -> dict:
+    """Build a request (its fields checked there), run it, and report its outputs: the first as
+    `path`, the others by name. A bad field exits 2, named as the user typed it."""
+    from .requests.fields import RequestError
+    try:
+        summary = run(make_request(), report)
+    except RequestError as error:
+        raise InputError(error.shown_as(_labelled(labels))) from None
+    outputs = list(summary.pop("outputs").items())
+    report.result(path=outputs[0][1], **{key: value for key, value in outputs[1:]}, **summary)
+    return summary
+
+
+_BUILD_LABELS = {"rig": "RIG", "output": "-o/--output"}
 
 
 def _build_model(args, report):
-    from .rig import load_rig
-    _build(load_rig(args.rig), args.target_tets, args.output, report)
+    from .requests.build import BuildRequest, run_build
+    given = {} if args.target_tets is None else {"target_tets": args.target_tets}
+    _submit(lambda: BuildRequest(rig=args.rig, output=args.output, **given), run_build, _BUILD_LABELS, report)
 
 
 def _demo(args, report):
     from .demo_head import make_demo_rig
     from .pictures.views import picture_sheet
+    from .model_file import load_model
+    from .requests.build import BuildRequest, run_build
     from .rig import save_rig
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rig = make_demo_rig()
     save_rig(out / "demo_rig.npz", rig)
     report.progress(f"demo rig: {len(rig.vertices)} vertices, {len(rig.shape_key_names)} shape keys")
-    model = _build(rig, args.target_tets, out / "demo_model.npz", report)
-    pictures = picture_sheet(model, out)
+    _submit(lambda: BuildRequest(rig=out / "demo_rig.npz", output=out / "demo_model.npz",
+                                 target_tets=args.target_tets), run_build, {"target_tets": "--target-tets"}, report)
+    pictures = picture_sheet(load_model(out / "demo_model.npz"), out)
     report.result(pictures=[str(p) for p in pictures], message="pictures: " + ", ".join(str(p) for p in pictures))
 
 
+# How the command line spells each field of an AnimateRequest (requests/animate.py), so that an
+# error names what the user typed.
+_ANIMATE_LABELS = {"model": "MODEL", "activations": "ACTIVATIONS", "fit": "FIT", "weights": "WEIGHTS",
+                   "output": "-o/--output", "maps": "--maps", "colliders": "--collider",
+                   "lip_vertices": "--lip-vertices", "detail": "--no-detail", "skin_filter": "--no-skin-filter",
+                   "diffusion_time_step_m2": "--diffusion-time-step", "teeth_padding_m": "--teeth-padding"}
+
+
 def _animate(args, report):
-    from .model_file import load_model
-    from .physics.animate import animate
-    from .physics.inputs import load_activations, load_maps
-    from .physics.simulator import SimulationSettings
-    map_settings = _map_settings(args)       # before the slow loads: a typo fails at once
-    model = load_model(args.model)
-    detail = rig_offset = skin_filter = None
-    if args.weights is None:
-        activations = load_activations(args.activations, model)
-    else:                       # MODEL FIT WEIGHTS: the second positional is the fit
-        from .inverse.blend import blend, load_weights, skin_filter_for
-        from .inverse.fit_file import fit_energy_warning, load_fit
-        fit = load_fit(args.activations, model)
-        weights, _, fps, head_transforms = load_weights(args.weights, fit)
-        blended = blend(fit, weights, fps, head_transforms, detail=not args.no_detail)
-        activations, detail, rig_offset = blended.activations, blended.detail, blended.rig_offset
-        skin_filter, filter_warning = skin_filter_for(model, blended, enabled=not args.no_skin_filter)
-        for warning in (fit_energy_warning(fit), blended.held_warning(), filter_warning):
-            if warning:
-                report.warning(warning)
-    maps = load_maps(args.maps, model) if args.maps else None
-    settings = SimulationSettings(dynamic=args.dynamic, gravity=args.gravity, fps=activations.fps,
-                                  substeps=args.substeps, wind=args.wind, contact_solver=args.contact_solver)
-    collisions = _collision_scene(model, args.collisions, args.collider, args.lip_vertices)
-
-    def on_frame(event):
-        state = "" if event["converged"] else f" NOT CONVERGED ({event['reason']})"
-        report.progress(f"frame {event['frame']}/{event['frames']}: {event['newton_iterations']} Newton "
-                        f"iterations, {event['seconds']:.2f} s{state}", **event)
-
-    result = animate(model, activations, args.output, settings, maps=maps, fat_scale=args.fat_scale,
-                     progress=on_frame, skin_detail=detail, collisions=collisions, rig_offset=rig_offset,
-                     skin_filter=skin_filter, **map_settings)
-    unconverged = int((~result.converged).sum())
-    report.result(path=str(args.output), cache=str(args.output.with_suffix(".pc2")),
-                  frames=int(len(result.converged)), unconverged_frames=unconverged,
-                  message=f"wrote {args.output} and {args.output.with_suffix('.pc2')}: {len(result.converged)} "
-                          f"frames, {unconverged} not converged")
+    from .requests.animate import AnimateRequest, run_animate
+    shape_keys = args.weights is not None       # MODEL FIT WEIGHTS: the second positional is the fit
+    given = {name: getattr(args, name) for name in ("substeps", "wind", "fat_scale", "fat_softening", "diffusion_steps",
+                                                    "diffusion_time_step", "teeth_padding")
+             if getattr(args, name) is not None}
+    if "diffusion_time_step" in given:
+        given["diffusion_time_step_m2"] = given.pop("diffusion_time_step")
+    if "teeth_padding" in given:
+        given["teeth_padding_m"] = given.pop("teeth_padding")
+    if args.muscles is not None and not shape_keys:
+        raise InputError("--muscles: adds muscle contractions on top of shape-key weights. Fix: give MODEL FIT "
+                         "WEIGHTS, or put the contractions in ACTIVATIONS itself.")
+    _submit(lambda: AnimateRequest(
+        model=args.model, output=args.output,
+        activations=args.muscles if shape_keys else args.activations,
+        fit=args.activations if shape_keys else None, weights=args.weights,
+        maps=args.maps, colliders=tuple(args.collider or ()), lip_vertices=args.lip_vertices,
+        dynamic=args.dynamic, gravity=args.gravity,
+        detail=False if args.no_detail else None, skin_filter=not args.no_skin_filter,
+        collisions=tuple(args.collisions or ()), contact_solver=args.contact_solver, **given),
+        run_animate, {**_ANIMATE_LABELS, "activations": "--muscles"} if shape_keys else _ANIMATE_LABELS, report)
 
 
-def _map_settings(args) -> dict:
-    """animate()'s diffusion and fat-softening arguments from the command line, checked."""
-    from .physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING
-    steps = DEFAULT_DIFFUSION_STEPS if args.diffusion_steps is None else args.diffusion_steps
-    time_step = DEFAULT_DIFFUSION_TIME_STEP_M2 if args.diffusion_time_step is None else args.diffusion_time_step
-    softening = DEFAULT_FAT_SOFTENING if args.fat_softening is None else args.fat_softening
-    if steps < 0:
-        raise InputError(f"--diffusion-steps must be 0 or more, got {steps}")
-    if not (np.isfinite(time_step) and time_step > 0.0):
-        raise InputError(f"--diffusion-time-step must be a positive diffusion time in m², got {time_step}")
-    if not (np.isfinite(softening) and 0.0 <= softening <= 1.0):
-        raise InputError(f"--fat-softening must be in [0, 1] (1 = the paper's softening of grown fat, 0 = none), "
-                         f"got {softening}")
-    return {"diffusion_steps": steps, "diffusion_time_step_m2": time_step, "fat_softening": softening}
-
-
-COLLISION_KINDS = ("teeth", "lips")
-
-
-def _collision_kinds(text):
-    kinds = [kind.strip() for kind in text.split(",") if kind.strip()]
-    unknown = sorted(set(kinds) - set(COLLISION_KINDS))
-    if not kinds or unknown:
-        raise argparse.ArgumentTypeError(f"--collisions takes a comma-separated subset of "
-                                         f"{','.join(COLLISION_KINDS)}; got {text!r}")
-    return kinds
-
-
-def _collision_scene(model, kinds, collider_paths, lip_vertices_path=None):
-    """The CollisionScene for --collisions / --collider (and --lip-vertices), or None when
-    neither collisions nor colliders are given."""
-    kinds, collider_paths = kinds or [], collider_paths or []
-    if lip_vertices_path is not None and not {"lips", "teeth"} & set(kinds):
-        raise InputError("--lip-vertices applies only with --collisions lips and/or teeth")
-    if not kinds and not collider_paths:
-        return None
-    try:
-        from .collisions.scene import CollisionScene, load_lip_vertices
-        from .collisions.mesh_collider import load_mesh_collider
-    except ImportError as error:
-        raise InputError(f"--collisions / --collider: collision detection is not available in this "
-                         f"solver ({error}); run without them") from None
-    colliders = []
-    for path in collider_paths:
-        try:
-            colliders.append(load_mesh_collider(path))
-        except (OSError, ValueError, KeyError) as error:
-            raise InputError(f"--collider {path}: {error}") from None
-    lip_vertices = None
-    if lip_vertices_path is not None:
-        try:
-            lip_vertices = load_lip_vertices(lip_vertices_path, len(model["skin_vertices"]))
-        except ValueError as error:
-            raise InputError(f"--lip-vertices: {error}") from None
-    try:
-        return CollisionScene(model, teeth="teeth" in kinds, lips="lips" in kinds, colliders=colliders,
-                              lip_vertices=lip_vertices)
-    except (ValueError, KeyError) as error:
-        raise InputError(f"--collisions: {error}") from None
+_FIT_LABELS = {"model": "MODEL", "rig": "RIG", "output": "-o/--output", "processes": "--jobs"}
 
 
 def _fit(args, report):
-    from .inverse.fit_file import save_fit
-    from .inverse.shapes import fit_progress, fit_shapes, select_shapes
-    from .model_file import load_model
-    from .rig import load_rig
-    model = load_model(args.model)
-    rig = load_rig(args.rig)
-    if len(rig.vertices) != len(model["skin_vertices"]) or not np.allclose(rig.vertices, model["skin_vertices"],
-                                                                          atol=1e-9):
-        raise InputError(f"{args.rig} is not the rig {args.model} was built from (its neutral skin differs); "
-                         f"build the model from this rig first")
-    names = select_shapes(rig, args.shapes)
-    if args.jobs < 1:
-        raise InputError("--jobs must be at least 1")
-
-    def on_shape(fit, done, total):
-        message, fields = fit_progress(fit, done, total, model["muscle_names"])
-        report.progress(message, **fields)
-
-    arrays = fit_shapes(model, rig, names, jobs=args.jobs, progress=on_shape)
-    save_fit(args.output, arrays)
-    errors = arrays["fit_error_mm"]
-    report.result(path=str(args.output), shapes=len(names),
-                  worst_mean_error_mm=round(float(errors[:, 0].max()), 4),
-                  message=f"wrote {args.output}: {len(names)} shapes, mean error up to {errors[:, 0].max():.2f} mm "
-                          f"(95th percentile up to {errors[:, 1].max():.2f} mm), {float(arrays['total_seconds']):.0f} s")
+    from .requests.fit import FitRequest, run_fit
+    _submit(lambda: FitRequest(model=args.model, rig=args.rig, output=args.output, shapes=tuple(args.shapes or ()),
+                               processes=args.jobs, previous_fit=args.previous_fit), run_fit, _FIT_LABELS, report)
 
 
 def _fit_pictures(args, report):
@@ -250,6 +170,10 @@ def _names(text):
     return names
 
 
+def _comma_list(text):
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def _run_job(args, report):
     from .jobs import run_job
     code = run_job(args.job_dir)
@@ -267,8 +191,19 @@ def _wind(text):
     return values
 
 
+class _UsageError(Exception):
+    """An argument argparse cannot read (a word where a number belongs, a missing positional)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors reach the reporter, so that --json still prints a JSON error line."""
+
+    def error(self, message):
+        raise _UsageError(f"{self.prog}: {message}. Fix: see `{self.prog} --help`")
+
+
 def _parser():
-    parser = argparse.ArgumentParser(prog="python -m solver", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="python -m solver", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="JSON lines on stdout instead of text on stderr")
     commands = parser.add_subparsers(dest="command", required=True)
     demo_rig = commands.add_parser("demo-rig", help="write the built-in demo head rig")
@@ -277,7 +212,8 @@ def _parser():
     build = commands.add_parser("build-model", help="build a volumetric model from a face rig")
     build.add_argument("rig", type=Path)
     build.add_argument("-o", "--output", type=Path, required=True)
-    build.add_argument("--target-tets", type=int, default=35000, help="approximate tet count (default 35000)")
+    build.add_argument("--target-tets", type=int, default=None,
+                       help="approximate tet count, 500 to 500,000 (default 35000)")
     build.set_defaults(run=_build_model)
     demo = commands.add_parser("demo", help="demo head → model → pictures")
     demo.add_argument("--out", type=Path, default=Path("out/demo"))
@@ -289,6 +225,8 @@ def _parser():
     fit.add_argument("-o", "--output", type=Path, required=True)
     fit.add_argument("--shapes", type=_names, default=None, help="comma-separated shape keys (default: all)")
     fit.add_argument("--jobs", type=int, default=1, help="shapes fitted in parallel processes")
+    fit.add_argument("--previous-fit", type=Path, default=None, metavar="FIT.npz",
+                     help="keep this earlier fit's other shapes; fit only --shapes (and what they bring)")
     fit.set_defaults(run=_fit)
     fit_pictures = commands.add_parser("fit-pictures", help="heat maps of the worst and best shape-key fits")
     fit_pictures.add_argument("model", type=Path)
@@ -305,6 +243,8 @@ def _parser():
     run.add_argument("activations", type=Path, help="ACTIVATIONS.npz, or FIT.npz when WEIGHTS.npz follows")
     run.add_argument("weights", type=Path, nargs="?", default=None,
                      help="WEIGHTS.npz: shape-key weights per frame, played through FIT.npz")
+    run.add_argument("--muscles", type=Path, default=None, metavar="ACTIVATIONS.npz",
+                     help="with FIT + WEIGHTS: muscle contractions added on top of the shape-key blend")
     run.add_argument("--no-detail", action="store_true",
                      help="with FIT + WEIGHTS: physics only, without the shape keys' residual detail")
     run.add_argument("--no-skin-filter", action="store_true",
@@ -312,27 +252,29 @@ def _parser():
                           "from the plain rig to the tet mesh's resolution (docs/performance.md)")
     run.add_argument("-o", "--output", type=Path, required=True)
     run.add_argument("--dynamic", action="store_true", help="backward-Euler dynamics instead of quasi-statics")
-    run.add_argument("--substeps", type=int, default=1, help="time steps per frame when dynamic")
     run.add_argument("--gravity", action="store_true")
+    # Defaults None = the request's own (solver/requests/animate.py, where every range is checked).
+    run.add_argument("--substeps", type=int, default=None, help="time steps per frame when dynamic (default 1)")
     run.add_argument("--wind", type=_wind, default=None, help="wind velocity X,Y,Z in m/s (world axes)")
     run.add_argument("--maps", type=Path, help="MAPS.npz with fat/stiffness/density/paralysis maps")
-    run.add_argument("--fat-scale", type=float, default=1.0, help="plastic scale where the fat map is 1")
-    # Defaults None = the solver's (physics/maps.py), filled in by _map_settings: importing
-    # maps.py here would load scipy for every command.
+    run.add_argument("--fat-scale", type=float, default=None,
+                     help="growth where the fat map is 1: 1 unchanged (default), up to 1.5 fatter, down to 0.5 slimmer")
     run.add_argument("--fat-softening", type=float, default=None,
                      help="how much grown fat softens, 0..1 (1 = the paper's μ reduction, the default; 0 = none)")
     run.add_argument("--diffusion-steps", type=int, default=None,
                      help="diffusion steps of the painted maps into the volume (default 10)")
     run.add_argument("--diffusion-time-step", type=float, default=None, metavar="M2",
                      help="diffusion time per step in m² (default 3e-6)")
-    run.add_argument("--collisions", type=_collision_kinds, default=None,
+    run.add_argument("--collisions", type=_comma_list, default=None,
                      help="keep the skin out of the teeth and/or the other lip: teeth, lips or teeth,lips")
+    run.add_argument("--teeth-padding", type=float, default=None, metavar="M",
+                     help="with teeth collisions: metres of gum and lining around the teeth (default 0.001)")
     run.add_argument("--collider", type=Path, action="append", default=None, metavar="MESH.npz",
                      help="an external collider mesh, rigid or deforming (repeatable)")
     run.add_argument("--lip-vertices", type=Path, default=None, metavar="LIPS.npz",
                      help="the lips' skin vertices (upper, lower index arrays) instead of the automatic lip finder")
-    run.add_argument("--contact-solver", choices=("newton", "ipopt"), default="newton",
-                     help="contact response: augmented Lagrangian in Newton (default) or IPOPT")
+    run.add_argument("--contact-solver", default="newton",
+                     help="contact response: newton (augmented Lagrangian, the default) or ipopt")
     run.set_defaults(run=_animate)
     job = commands.add_parser("run-job", help="run JOB_DIR/job.json (the add-on's job protocol, docs/addon.md)")
     job.add_argument("job_dir", type=Path)
@@ -341,7 +283,12 @@ def _parser():
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else [str(argument) for argument in argv]
+    try:
+        args = _parser().parse_args(argv)
+    except _UsageError as error:
+        _Reporter("--json" in argv).error(str(error))
+        return 2
     report = _Reporter(args.json)
     from .model_builder.errors import ModelBuildError
     from .model_file import ModelFormatError
@@ -355,4 +302,7 @@ def main(argv=None) -> int:
             ShapeSelectionError, InputError) as error:
         report.error(str(error))
         return 2
+    except KeyboardInterrupt:       # every output is written then swapped: nothing half-written is left
+        report.error("interrupted; no output was written or replaced")
+        return 130
     return 0

@@ -115,6 +115,21 @@ def _bake_keeping_job(monkeypatch, tmp_path):
         return result["skin_positions"]
 
 
+def test_the_panels_ranges_are_the_ones_the_solver_accepts(addon):
+    """Every value the artist can set is one the animate request takes (solver/requests/animate.py):
+    the add-on cannot import the solver, so its property ranges are checked against it here."""
+    from solver.requests import animate as request
+    properties = bpy.types.Object.bl_rna.properties["face_physics"].fixed_type.properties
+    for name, (low, high) in {"fat_scale": request.FAT_SCALE_RANGE, "fat_softening": (0.0, 1.0),
+                              "diffusion_steps": (0, request.MAX_DIFFUSION_STEPS),
+                              "diffusion_time_step": request.DIFFUSION_TIME_STEP_RANGE_M2,
+                              "substeps": (1, request.MAX_SUBSTEPS), "wind_speed": (0.0, request.MAX_WIND_SPEED),
+                              "teeth_padding": request.TEETH_PADDING_RANGE_M}.items():
+        prop = properties[name]
+        assert low * (1 - 1e-6) <= prop.hard_min and prop.hard_max <= high * (1 + 1e-6), \
+            f"{name}: the panel allows [{prop.hard_min:g}, {prop.hard_max:g}], the solver [{low:g}, {high:g}]"
+
+
 def test_build_gives_a_model_with_muscles(scene):
     settings = scene["object"].face_physics
     assert 2000 < settings.model_tets < 6000 and settings.model_nodes > 0
@@ -662,6 +677,7 @@ def test_painted_lip_groups_replace_the_solvers_automatic_lips(scene):
     import io
     from blender_addon import job_files, operators
     from solver import jobs
+    from solver.requests import animate as animate_request
     from solver.collisions.lips import find_lip_surfaces
     from solver.model_file import load_model
     obj = scene["object"]
@@ -685,8 +701,9 @@ def test_painted_lip_groups_replace_the_solvers_automatic_lips(scene):
         job = jobs.read_job(job_dir)
         assert job["inputs"]["lip_vertices"].name == job_files.LIP_VERTICES_FILE
         assert job["settings"]["fat_softening"] == pytest.approx(settings.fat_softening)
-        collision_scene = jobs._collision_scene(model, job["settings"], [], jobs.JobMessages(io.StringIO()),
-                                                job["inputs"]["lip_vertices"])
+        collision_scene = animate_request.collision_scene(model, jobs.JobMessages(io.StringIO()),
+                                                          job["request"].collisions,
+                                                          lip_vertices=job["inputs"]["lip_vertices"])
         assert collision_scene.lips.source == "vertex groups"
         np.testing.assert_array_equal(collision_scene.lips.upper_vertices, automatic.upper_vertices)
         np.testing.assert_array_equal(collision_scene.lips.lower_vertices, automatic.lower_vertices)

@@ -16,7 +16,11 @@ import numpy as np
 import pytest
 
 from solver import jobs
+from solver.inverse.blend import with_muscle_layer
 from solver.jobs import EXIT_BAD_INPUT, EXIT_CANCELLED, SCHEMA_VERSION, JobError, read_job
+from solver.requests import fit as fit_request
+from solver.requests.animate import collision_scene
+from solver.requests.fields import RequestError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -195,6 +199,30 @@ def test_sigterm_cancels_cleanly_and_keeps_the_previous_result(tmp_path, small_m
     assert not any(name.startswith(".") for name in os.listdir(job_dir)), "partial files left behind"
 
 
+def test_a_file_planted_where_the_result_is_written_is_not_followed(tmp_path, small_model):
+    """The result and cache are written into a folder the job creates for itself, so a symlink
+    at the old temporary name (or any name) cannot make the job write outside its folder; an
+    output in a missing subfolder or named .pc2 is refused before any work."""
+    job_dir = tmp_path / "animate"
+    job_dir.mkdir()
+    job_files.write_animate_job(job_dir, small_model, _neutral_contractions(small_model, 1), None, {})
+    victim = tmp_path / "victim.pc2"
+    victim.write_bytes(b"not the job's to write")
+    for name in (".result.partial.pc2", ".result.partial.npz"):
+        (job_dir / name).symlink_to(victim)
+    code, messages, err = _run(job_dir)
+    assert code == 0, err
+    assert victim.read_bytes() == b"not the job's to write"
+    assert job_files.read_result_positions(job_dir).shape[0] == 1
+    assert not [name for name in os.listdir(job_dir) if name.endswith(".partial")], "the work folder was left"
+    job = json.loads((job_dir / "job.json").read_text())
+    for output, expected in (("sub/result.npz", r"outputs.result: the folder .*sub does not exist"),
+                             ("result.pc2", "outputs.result: result.pc2 does not end in .npz")):
+        (job_dir / "job.json").write_text(json.dumps({**job, "outputs": {"result": output}}))
+        with pytest.raises(JobError, match=expected):
+            read_job(job_dir)
+
+
 # --------------------------------------------------------------------------- fit and shape-key animation
 
 def _placeholder_files(job_dir, *names):
@@ -314,7 +342,7 @@ def test_a_fit_job_fits_every_shape_key_with_one_progress_line_each(tmp_path, de
     assert result["worst"]["shape"] == rig_names[int(np.argmax(errors[:, 0]))]
     # The merge of a partial fit must know every per-shape array of FIT.npz.
     per_shape = {key for key, value in fit.items() if value.ndim and value.shape[0] == len(rig_names)}
-    assert per_shape == set(jobs.PER_SHAPE_FIT_KEYS) | set(jobs.RIG_FIT_KEYS)
+    assert per_shape == set(fit_request.PER_SHAPE_FIT_KEYS) | set(fit_request.RIG_FIT_KEYS)
 
 
 def _refit(folder, shapes, few_shapes_fit, demo_rig, small_model) -> list:
@@ -335,7 +363,7 @@ def test_fitting_some_shape_keys_keeps_the_others_of_the_earlier_fit(tmp_path, f
             np.load(tmp_path / "fit.npz", allow_pickle=False) as new:
         names = [str(name) for name in new["shape_key_names"]]
         assert names == [str(name) for name in old["shape_key_names"]]
-        for key in jobs.PER_SHAPE_FIT_KEYS:
+        for key in fit_request.PER_SHAPE_FIT_KEYS:
             for row, name in enumerate(names):
                 if name in result["kept"]:
                     np.testing.assert_array_equal(new[key][row], old[key][row], err_msg=f"{key} of {name}")
@@ -474,12 +502,12 @@ def test_muscle_contractions_add_on_top_of_the_shape_key_blend(small_model):
     names = [str(name) for name in model["muscle_names"]]
     at_rest = ActivationInput(jaw=np.zeros((frames, 5)), head_transforms=blended.head_transforms,
                               muscle_contraction=np.ones((frames, len(names))), muscle_names=np.array(names))
-    unchanged = jobs._with_muscle_layer(model, blended, at_rest)
+    unchanged = with_muscle_layer(model, blended, at_rest)
     np.testing.assert_array_equal(unchanged.activations, blended_vectors)
     np.testing.assert_array_equal(unchanged.jaw, jaw)
     contraction = np.ones((frames, len(names)))
     contraction[1, names.index("zygomaticus_major_L")] = 1.6
-    layered = jobs._with_muscle_layer(model, blended, dataclasses.replace(at_rest, muscle_contraction=contraction))
+    layered = with_muscle_layer(model, blended, dataclasses.replace(at_rest, muscle_contraction=contraction))
     own = vector_from_symmetric(tet_activations(model, contraction[1])[active]) - [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
     np.testing.assert_allclose(layered.activations[1], blended_vectors[1] + own, atol=1e-12)
     np.testing.assert_array_equal(layered.activations[0], blended_vectors[0])
@@ -492,7 +520,7 @@ def test_teeth_contact_on_a_model_without_teeth_warns_of_the_landmark_arch(small
     model = {key: value for key, value in load_model(small_model).items() if "teeth" not in key}
     stream = io.StringIO()
     settings = {"collisions": ["teeth"], "teeth_padding_m": None}
-    scene = jobs._collision_scene(model, settings, [], jobs.JobMessages(stream))
+    scene = collision_scene(model, jobs.JobMessages(stream), settings["collisions"])
     assert [collider.proxy.source for collider in scene.teeth] == ["landmark arch", "landmark arch"]
     warnings = [json.loads(line) for line in stream.getvalue().splitlines() if '"warning"' in line]
     assert len(warnings) == 2 and all("no teeth mesh" in warning["message"] for warning in warnings)
@@ -546,10 +574,11 @@ def test_diffusion_and_fat_softening_settings_change_the_result_without_a_warnin
     assert cli.returncode == 0, cli.stderr
     with np.load(tmp_path / "cli.npz", allow_pickle=False) as result:
         np.testing.assert_array_equal(result["skin_positions"][0], skins["wider"])
-    refused = subprocess.run([sys.executable, "-m", "solver", "--json", "animate", "no_model.npz", "no_act.npz",
-                              "-o", str(tmp_path / "x.npz"), "--fat-softening", "1.5"],
+    refused = subprocess.run([sys.executable, "-m", "solver", "--json", "animate", str(small_model),
+                              str(wider / job_files.ACTIVATIONS_FILE), "-o", str(tmp_path / "x.npz"),
+                              "--fat-softening", "1.5"],
                              env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2 and "--fat-softening must be in [0, 1]" in refused.stdout
+    assert refused.returncode == 2 and "--fat-softening: expected a number in [0, 1]" in refused.stdout
 
 
 def test_painted_lip_vertices_replace_the_automatic_lips_and_bad_ones_are_named(tmp_path, small_model):
@@ -563,7 +592,7 @@ def test_painted_lip_vertices_replace_the_automatic_lips_and_bad_ones_are_named(
     path = tmp_path / "lips.npz"
     np.savez(path, upper=automatic.upper_vertices, lower=automatic.lower_vertices)
     stream = io.StringIO()
-    scene = jobs._collision_scene(model, settings, [], jobs.JobMessages(stream), path)
+    scene = collision_scene(model, jobs.JobMessages(stream), settings["collisions"], lip_vertices=path)
     assert scene.lips.source == "vertex groups"
     np.testing.assert_array_equal(scene.lips.upper_vertices, automatic.upper_vertices)
     np.testing.assert_array_equal(scene.teeth_vertices, np.union1d(automatic.upper_vertices,
@@ -578,8 +607,8 @@ def test_painted_lip_vertices_replace_the_automatic_lips_and_bad_ones_are_named(
                              ({"upper": upper.astype(float), "lower": lower}, "integer skin vertex indices"),
                              ({"upper": upper}, r"missing arrays \['lower'\]")):
         np.savez(path, **arrays)
-        with pytest.raises(JobError, match="inputs.lip_vertices: .*" + expected):
-            jobs._collision_scene(model, settings, [], jobs.JobMessages(io.StringIO()), path)
+        with pytest.raises(RequestError, match="lip_vertices: .*" + expected):
+            collision_scene(model, jobs.JobMessages(io.StringIO()), settings["collisions"], lip_vertices=path)
 
 
 def _inflating_sphere(model_path, growth, radius=0.01):
@@ -629,3 +658,76 @@ def test_a_collider_inflating_over_the_clip_pushes_the_skin_further_each_frame(t
     assert contacts[0] == 0 and contacts[1] > 0 and contacts[2] > contacts[1]
     assert abs(pushed_in[0]) < 1e-4 and pushed_in[1] > 0.5e-3 and pushed_in[2] > pushed_in[1] + 1e-3, pushed_in
     assert depth.max() <= 0.2e-3
+
+
+# --------------------------------------------------------------------------- one pipeline behind both doors
+
+def _cli(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "solver", "--json", *map(str, args)],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_command_line_and_a_job_folder_run_the_same_animate_request(tmp_path, few_shapes_fit, small_model):
+    """Shape-key weights through a fit, with muscle contractions on top, fat, stiffness and
+    paralysis maps, teeth and lip contact and a prop: both doors build the same AnimateRequest
+    (solver/requests/animate.py) and write the same RESULT.npz, array for array."""
+    frames = 2
+    weights = {"names": np.array(["mouthSmile_L", "jawOpen"]),
+               "weights": np.column_stack([np.linspace(0.3, 0.8, frames), np.linspace(0.0, 0.2, frames)]),
+               "fps": np.float64(24)}
+    layer = _neutral_contractions(small_model, frames)
+    names = [str(name) for name in layer["muscle_names"]]
+    layer["muscle_contraction"][:, names.index("zygomaticus_major_R")] = 0.9
+    skin_count = job_files.read_model_summary(small_model)["skin_vertices"]
+    rng = np.random.default_rng(3)
+    maps = {"fat": _cheek_fat(small_model), "stiffness": rng.uniform(0.8, 1.5, skin_count),
+            "paralysis": _cheek_fat(small_model, radius=0.03), "paralysed_muscles": np.array(["zygomaticus_major_L"])}
+    settings = {"fat_scale": 1.2, "fat_softening": 0.5, "diffusion_steps": 5, "collisions": ["teeth", "lips"],
+                "teeth_padding_m": 0.0015}
+    sphere = _cheek_sphere(small_model, frames)
+    folder = tmp_path / "job"
+    folder.mkdir()
+    job_files.write_animate_job(folder, small_model, layer, maps, settings, fit_path=few_shapes_fit["fit"],
+                                weights=weights, colliders=[("cheek sphere", sphere)])
+    code, messages, err = _run(folder)
+    assert code == 0, err
+    collider = next(folder.glob("collider*.npz"))
+    completed = _cli("animate", folder / job_files.MODEL_FILE, folder / job_files.FIT_FILE,
+                     folder / job_files.WEIGHTS_FILE, "--muscles", folder / job_files.ACTIVATIONS_FILE,
+                     "--maps", folder / job_files.MAPS_FILE, "--fat-scale", 1.2, "--fat-softening", 0.5,
+                     "--diffusion-steps", 5, "--collisions", "teeth,lips", "--teeth-padding", 0.0015,
+                     "--collider", collider, "-o", tmp_path / "cli.npz")
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    with np.load(folder / job_files.RESULT_FILE, allow_pickle=False) as job_result, \
+            np.load(tmp_path / "cli.npz", allow_pickle=False) as cli_result:
+        assert sorted(job_result.files) == sorted(cli_result.files)
+        for key in job_result.files:
+            if key != "frame_seconds":
+                np.testing.assert_array_equal(job_result[key], cli_result[key], err_msg=key)
+        assert job_result["contacts"].max() > 0
+
+
+@pytest.mark.parametrize("setting, value, flag, shown", [
+    ("fat_scale", 10.0, "--fat-scale", "expected a number in [0.5, 1.5], found 10"),
+    ("fat_scale", 0.0, "--fat-scale", "expected a number in [0.5, 1.5], found 0"),
+    ("fat_softening", -0.5, "--fat-softening", "expected a number in [0, 1], found -0.5"),
+    ("diffusion_steps", 1_000_000_000, "--diffusion-steps", "expected a whole number in [0, 1000]"),
+    ("diffusion_time_step_m2", 1.0, "--diffusion-time-step", "expected a number in [1e-09, 0.001], found 1"),
+    ("substeps", 0, "--substeps", "expected a whole number in [1, 100], found 0"),
+])
+def test_both_doors_refuse_an_out_of_range_setting_with_the_same_message(tmp_path, small_model, setting, value,
+                                                                       flag, shown):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    job_files.write_animate_job(folder, small_model, _neutral_contractions(small_model, 1), None, {setting: value})
+    with pytest.raises(JobError) as from_job:
+        read_job(folder)
+    completed = _cli("animate", small_model, folder / job_files.ACTIVATIONS_FILE, flag, value,
+                     "-o", tmp_path / "out.npz", timeout=120)
+    assert completed.returncode == 2, completed.stderr
+    from_cli = json.loads(completed.stdout.splitlines()[-1])["message"]
+    assert f"settings.{setting}: {shown}" in str(from_job.value)
+    assert f"{flag}: {shown}" in from_cli
+    # the same problem and fix, only the field spelt as each door spells it
+    assert str(from_job.value).split(": ", 2)[2] == from_cli.split(": ", 1)[1]
+    assert not (tmp_path / "out.npz").exists()

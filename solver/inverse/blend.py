@@ -29,7 +29,7 @@ activations are a difference; keying it alone is a keying mistake the message na
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -191,3 +191,31 @@ def _context_advice(fit, weights: np.ndarray, frame_numbers: np.ndarray) -> str:
                           f"{context}'s) and alone may be no pose the tissue can take; frames {listed} weight it "
                           f"above {context}: key {context} at least as high. ")
     return "".join(advice)
+
+
+def with_muscle_layer(model, blended, layer: ActivationInput):
+    """The shape-key blend (an ActivationInput) with muscle contractions added on top, the way
+    the blend itself adds shapes: a = a_blend + (a_muscles − a_neut), jaw added likewise. A
+    contraction of 1 adds nothing. `layer` is an ACTIVATIONS.npz of `muscle_contraction`."""
+    from ..physics.activation import NEUTRAL_ACTIVATION, active_tet_indices, tet_activations
+    from ..physics.inputs import check_positive_definite
+    if layer.muscle_contraction is None:
+        raise AnimationInputError("muscle layer: on top of shape-key weights the activations file may only hold "
+                                  "muscle_contraction (raw activations cannot be added to a blend). Fix: write "
+                                  "muscle_contraction and muscle_names.")
+    if layer.frame_count != blended.frame_count:
+        raise AnimationInputError(f"muscle layer: {layer.frame_count} frames, but the weights have "
+                                  f"{blended.frame_count}. Fix: give both the same frames.")
+    if not np.allclose(layer.head_transforms, np.eye(4)):
+        raise AnimationInputError("muscle layer: head_transforms belong in WEIGHTS.npz when a fit drives the "
+                                  "animation. Fix: move them there.")
+    active = active_tet_indices(model)
+    activations = np.array(blended.activations, dtype=np.float64)
+    for frame, contraction in enumerate(layer.muscle_contraction):
+        if np.any(contraction != 1.0):
+            activations[frame] += vector_from_symmetric(tet_activations(model, contraction)[active]) - \
+                NEUTRAL_ACTIVATION
+    check_positive_definite(activations, "muscle contractions on top of the shape-key blend",
+                            "Contractions this far from 1 on top of these shape keys flatten tissue; bring the "
+                            "contractions closer to 1.")
+    return replace(blended, activations=activations, jaw=blended.jaw + layer.jaw)

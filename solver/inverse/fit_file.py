@@ -4,6 +4,7 @@ Written atomically, read without unpickling, validated against the model it belo
 """
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -54,17 +55,29 @@ def fit_energy_warning(fit) -> str:
             "shapes again")
 
 
+# Files a user may hand over as a fit by mistake, known by keys a fit lacks.
+_OTHER_FILES = {"shape-key weights (WEIGHTS.npz)": ("names", "weights"),
+                "a model (MODEL.npz)": ("tets", "rest_positions"), "a face rig (RIG.npz)": ("vertices", "faces"),
+                "muscle contractions (ACTIVATIONS.npz)": ("muscle_contraction",)}
+
+
 def load_fit(path, model=None) -> dict:
     """The arrays of FIT.npz; with `model`, checked to belong to it (tet, active tet and skin counts)."""
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        # Opened here so that a damaged archive's file is closed too (np.load leaves it open).
+        with open(path, "rb") as stream, np.load(stream, allow_pickle=False) as archive:
             fit = {key: archive[key] for key in archive.files}
     except FileNotFoundError:
         raise FitFormatError(f"{path}: no such file; make it with `python -m solver fit MODEL.npz RIG.npz -o {path}`")
-    except (ValueError, OSError) as error:
-        raise FitFormatError(f"{path}: not a readable fit file ({error}); fit the shapes again") from error
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
+        raise FitFormatError(f"{path}: not a readable fit file, or a damaged one ({error}); fit the shapes "
+                             f"again") from error
     missing = [key for key in REQUIRED_KEYS if key not in fit]
+    other_kind = next((kind for kind, keys in _OTHER_FILES.items() if set(keys) <= set(fit)), None)
+    if missing and other_kind:
+        raise FitFormatError(f"{path}: this is {other_kind}, not a fit (FIT.npz from `python -m solver fit`); "
+                             f"give the fit in its place")
     if missing:
         raise FitFormatError(f"{path}: missing {', '.join(missing)}; fit the shapes again with this solver")
     if int(fit["format_version"]) > FORMAT_VERSION:

@@ -1,0 +1,264 @@
+"""One animate request: what `animate` is asked to do, checked once, and the one way it is run.
+
+The command line (`python -m solver animate …`) and a job folder (`run-job`, the add-on's door)
+both parse into an `AnimateRequest`, which checks every field on construction, before a file is
+loaded: ranges are bounded by what the solver can do in reasonable time, outputs may not
+replace an input. `run_animate` then loads the inputs, blends shape-key weights through a fit
+(with optional muscle contractions on top), builds the collision scene, simulates every frame,
+and writes RESULT.npz and its `.pc2` into a private temporary folder beside RESULT, swapping
+both into place only when every frame is done: a cancel or crash leaves the earlier result and
+cache as they were.
+
+Reporting goes through `report.progress(message, **fields)` and `report.warning(message)`, which
+both doors provide (solver/cli.py prints them, solver/jobs.py writes JSON lines).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING
+from . import fields as check
+from .fields import RequestError
+
+COLLISION_KINDS = ("teeth", "lips")
+CONTACT_SOLVERS = ("newton", "ipopt")
+# Ranges: each is what an artist can mean and the solver can do in reasonable time.
+MAX_SUBSTEPS = 100              # each substep is a full Newton solve of the frame
+FAT_SCALE_RANGE = (0.5, 1.5)    # the Fat panel's slider; Phace's levels stop at 30 % growth
+MAX_DIFFUSION_STEPS = 1000
+DIFFUSION_TIME_STEP_RANGE_M2 = (1e-9, 1e-3)
+# steps × time step: a painted point spreads by about √(2t); 1.25e-3 m² is 5 cm, past which a
+# map is a constant. Each step is split into substeps stable on the mesh (≈ 3e-7 m² on ICT's
+# 35k tets), so this also bounds the work: ~4,000 sparse products there. Time step 1 m² asked
+# for ~480k substeps a step.
+MAX_DIFFUSION_TIME_M2 = 1.25e-3
+# Wind pressure ½ ρ v² at 30 m/s is 540 Pa, half the tissue's shear modulus (1 kPa): a storm
+# that flattens the cheeks. At 1e9 m/s no frame converged.
+MAX_WIND_SPEED = 30.0
+# Without padding the proxy cannot be guaranteed to enclose every teeth vertex (collisions/teeth.py).
+TEETH_PADDING_RANGE_M = (1e-5, 0.01)
+
+INPUT_FIELDS = ("model", "activations", "fit", "weights", "maps", "colliders", "lip_vertices")
+
+
+@dataclass(frozen=True)
+class AnimateRequest:
+    """Everything `animate` takes; the constructor checks each field (RequestError names it).
+
+    Either `activations` alone (muscle contractions or raw activations per frame), or `fit` and
+    `weights` (shape-key weights played through a fit), then optionally `activations` as muscle
+    contractions added on top of the blend."""
+    model: Path
+    output: Path                            # RESULT.npz; its .pc2 is written beside it
+    activations: Optional[Path] = None
+    fit: Optional[Path] = None
+    weights: Optional[Path] = None
+    maps: Optional[Path] = None
+    colliders: tuple = ()                   # MESH.npz paths
+    lip_vertices: Optional[Path] = None     # LIPS.npz
+    dynamic: bool = False
+    substeps: int = 1
+    gravity: bool = False
+    wind: Optional[tuple] = None            # m/s, world axes
+    fat_scale: float = 1.0
+    fat_softening: float = DEFAULT_FAT_SOFTENING
+    diffusion_steps: int = DEFAULT_DIFFUSION_STEPS
+    diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2
+    detail: Optional[bool] = None           # None: on for shape-key animation
+    skin_filter: bool = True
+    collisions: tuple = ()
+    contact_solver: str = "newton"
+    teeth_padding_m: Optional[float] = None  # None: the solver's default (collisions/teeth.py)
+
+    def __post_init__(self):
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        put("model", check.input_file(self.model, "model", "MODEL.npz"))
+        for name, what in (("activations", "ACTIVATIONS.npz"), ("fit", "FIT.npz"), ("weights", "WEIGHTS.npz"),
+                           ("maps", "MAPS.npz"), ("lip_vertices", "LIPS.npz")):
+            if getattr(self, name) is not None:
+                put(name, check.input_file(getattr(self, name), name, what))
+        if isinstance(self.colliders, (str, Path)) or not isinstance(self.colliders, (list, tuple)):
+            raise RequestError("colliders", f"expected a list of collider files, found {self.colliders!r}",
+                               "give a list, empty for none")
+        put("colliders", tuple(check.input_file(path, "colliders", "MESH.npz") for path in self.colliders))
+        self._check_animation_inputs()
+        for name in ("dynamic", "gravity", "skin_filter"):
+            check.flag(getattr(self, name), name)
+        if self.detail is not None:
+            check.flag(self.detail, "detail")
+        put("substeps", check.whole_number(self.substeps, "substeps", 1, MAX_SUBSTEPS))
+        if self.wind is not None:
+            put("wind", check.vector3(self.wind, "wind", MAX_WIND_SPEED, "m/s"))
+        put("fat_scale", check.number(self.fat_scale, "fat_scale", *FAT_SCALE_RANGE,
+                                      meaning="1 = unchanged, above 1 fattens, below 1 slims"))
+        put("fat_softening", check.number(self.fat_softening, "fat_softening", 0.0, 1.0,
+                                          meaning="1 = the paper's softening of grown fat, 0 = none"))
+        put("diffusion_steps", check.whole_number(self.diffusion_steps, "diffusion_steps", 0, MAX_DIFFUSION_STEPS))
+        put("diffusion_time_step_m2", check.number(self.diffusion_time_step_m2, "diffusion_time_step_m2",
+                                                   *DIFFUSION_TIME_STEP_RANGE_M2, meaning="a squared length, m²"))
+        spread = self.diffusion_steps * self.diffusion_time_step_m2
+        if spread > MAX_DIFFUSION_TIME_M2:
+            raise RequestError("diffusion_time_step_m2",
+                               f"{self.diffusion_steps} steps of {self.diffusion_time_step_m2:g} m² spread a painted "
+                               f"point over {(2 * spread) ** 0.5 * 100:.0f} cm, past any face",
+                               f"keep steps × time step at most {MAX_DIFFUSION_TIME_M2:g} m² (5 cm)")
+        put("collisions", check.choices(self.collisions, "collisions", COLLISION_KINDS))
+        put("contact_solver", check.choice(self.contact_solver, "contact_solver", CONTACT_SOLVERS))
+        if self.teeth_padding_m is not None:
+            if "teeth" not in self.collisions:
+                raise RequestError("teeth_padding_m", "applies only with teeth collisions",
+                                   "add teeth to the collisions, or leave the padding out")
+            put("teeth_padding_m", check.number(self.teeth_padding_m, "teeth_padding_m", *TEETH_PADDING_RANGE_M,
+                                                meaning="metres of gum and lining around the teeth"))
+        if self.lip_vertices is not None and not {"lips", "teeth"} & set(self.collisions):
+            raise RequestError("lip_vertices", "applies only with lip or teeth collisions (it says which skin is "
+                                               "lip)", "add lips or teeth to the collisions, or leave the file out")
+        inputs = [self.model, self.activations, self.fit, self.weights, self.maps, self.lip_vertices,
+                  *self.colliders]
+        put("output", check.output_file(self.output, "output", ".npz", inputs, companions=(".pc2",)))
+
+    def _check_animation_inputs(self):
+        if (self.fit is None) != (self.weights is None):
+            present, absent = ("fit", "weights") if self.fit is not None else ("weights", "fit")
+            raise RequestError(absent, f"missing: {present} needs it",
+                               "give fit and weights together (shape-key animation), or activations alone")
+        if self.fit is None and self.activations is None:
+            raise RequestError("activations", "no animation", "give activations (muscle contractions), or fit and "
+                                                              "weights (shape-key values played through a fit)")
+        if self.detail is not None and self.fit is None:
+            raise RequestError("detail", "applies only to shape-key animation (fit and weights)",
+                               "leave it out, or give fit and weights")
+
+
+# --------------------------------------------------------------------------- running
+
+def collision_scene(model, report, collisions=(), colliders=(), lip_vertices=None, teeth_padding_m=None):
+    """The CollisionScene of `collisions` (teeth, lips) and collider files, or None for neither;
+    with a LIPS.npz `lip_vertices` the lips are those skin vertices instead of the automatic
+    lip finder's. Fields as in AnimateRequest (already checked there)."""
+    if not collisions and not colliders:
+        return None
+    from ..collisions.mesh_collider import load_mesh_collider
+    from ..collisions.scene import CollisionScene, load_lip_vertices
+    loaded = []
+    for path in map(Path, colliders):
+        try:
+            loaded.append(load_mesh_collider(path, name=path.stem))
+        except (OSError, ValueError) as error:
+            raise RequestError("colliders", str(error).rstrip("."), "export the collider again") from None
+    lips = None
+    if lip_vertices is not None:
+        try:
+            lips = load_lip_vertices(lip_vertices, len(model["skin_vertices"]))
+        except ValueError as error:
+            raise RequestError("lip_vertices", str(error).rstrip("."), "paint the lip vertex groups again") from None
+    padding = {} if teeth_padding_m is None else {"teeth_pad": teeth_padding_m}
+    lips_from = [] if lips is None else [f"lips from vertex groups ({len(lips[0])} upper, {len(lips[1])} lower "
+                                         f"vertices)"]
+    report.progress("collision scene: " + ", ".join(list(collisions) + [Path(p).stem for p in colliders] + lips_from),
+                    fraction=0.0)
+    try:
+        scene = CollisionScene(model, teeth="teeth" in collisions, lips="lips" in collisions, colliders=loaded,
+                               lip_vertices=lips, **padding)
+    except (ValueError, KeyError) as error:
+        raise RequestError("collisions", str(error).rstrip("."), "turn that contact off, or give the model what it "
+                                                                 "needs (teeth objects, mouth landmarks)") from None
+    for collider in scene.teeth:
+        if collider.proxy.source == "landmark arch":
+            report.warning(f"{collider.name.replace('_', ' ')}: the model has no teeth mesh, so teeth contact uses "
+                           f"an arch estimated from the lip landmarks; set the teeth objects in the Model panel and "
+                           f"build again when the mouth matters")
+    return scene
+
+
+def _animation(model, request: AnimateRequest, report):
+    """(activations, skin detail, rig offset, skin filter) of the request: the activations file,
+    or the weights blended through the fit with the muscle layer on top."""
+    from ..physics.inputs import load_activations
+    if request.fit is None:
+        return load_activations(request.activations, model), None, None, None
+    from ..inverse.blend import blend, load_weights, skin_filter_for, with_muscle_layer
+    from ..inverse.fit_file import fit_energy_warning, load_fit
+    fit = load_fit(request.fit, model)
+    weights, _, fps, head_transforms = load_weights(request.weights, fit)
+    with_detail = request.detail is not False
+    blended = blend(fit, weights, fps, head_transforms, detail=with_detail)
+    skin_filter, filter_warning = skin_filter_for(model, blended, enabled=request.skin_filter)
+    for warning in (fit_energy_warning(fit), blended.held_warning(), filter_warning):
+        if warning:
+            report.warning(warning)
+    activations = blended.activations
+    if request.activations is not None:
+        activations = with_muscle_layer(model, activations, load_activations(request.activations, model))
+    return activations, blended.detail if with_detail else None, blended.rig_offset, skin_filter
+
+
+def run_animate(request: AnimateRequest, report) -> dict:
+    """Simulate the request and write RESULT.npz and its .pc2 (module docstring); the result's
+    summary: outputs (paths), frames, unconverged_frames, message and, with collisions,
+    penetration_depth_max_mm."""
+    from ..model_file import load_model
+    from ..physics.animate import animate
+    from ..physics.inputs import load_maps
+    from ..physics.simulator import SimulationSettings
+    model = load_model(request.model)
+    activations, detail, rig_offset, skin_filter = _animation(model, request, report)
+    maps = load_maps(request.maps, model) if request.maps is not None else None
+    simulation = SimulationSettings(dynamic=request.dynamic, gravity=request.gravity, fps=activations.fps,
+                                    substeps=request.substeps, wind=request.wind,
+                                    contact_solver=request.contact_solver)
+    collisions = collision_scene(model, report, request.collisions, request.colliders, request.lip_vertices,
+                                 request.teeth_padding_m)
+    frames = activations.frame_count
+    report.progress(f"model loaded; simulating {frames} frames", fraction=0.0, frame=0, frames=frames)
+    deepest_mm = 0.0
+
+    def on_frame(event):
+        nonlocal deepest_mm
+        state = "" if event["converged"] else f" (not converged: {event.get('reason', '')})"
+        contact = {key: event[key] for key in ("penetration_depth_max_mm", "contacts", "collision_rounds")
+                   if key in event}
+        if "penetration_depth_max_mm" in contact:
+            deepest_mm = max(deepest_mm, contact["penetration_depth_max_mm"])
+            state += f", {contact['contacts']} contacts, deepest {contact['penetration_depth_max_mm']:.2f} mm"
+        report.progress(f"frame {event['frame']}/{event['frames']}: {event['newton_iterations']} Newton iterations, "
+                        f"{event['seconds']:.2f} s{state}",
+                        fraction=round(event["frame"] / event["frames"], 4), frame=event["frame"],
+                        frames=event["frames"], converged=event["converged"],
+                        newton_iterations=event["newton_iterations"], seconds=event["seconds"], **contact)
+        if not event["converged"]:
+            report.warning(f"frame {event['frame']} did not converge ({event.get('reason', 'no reason given')})")
+
+    output = request.output
+    cache = output.with_suffix(".pc2")
+    # A folder of our own (created exclusively, so nothing planted there is followed) holds
+    # both files until every frame is done.
+    workspace = Path(tempfile.mkdtemp(prefix=f".{output.stem}.", suffix=".partial", dir=output.resolve().parent))
+    try:
+        result = animate(model, activations, workspace / "result.npz", settings=simulation, maps=maps,
+                         fat_scale=request.fat_scale, progress=on_frame, skin_detail=detail, collisions=collisions,
+                         diffusion_steps=request.diffusion_steps,
+                         diffusion_time_step_m2=request.diffusion_time_step_m2,
+                         fat_softening=request.fat_softening, rig_offset=rig_offset, skin_filter=skin_filter)
+        os.replace(workspace / "result.pc2", cache)
+        os.replace(workspace / "result.npz", output)
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(workspace)
+    unconverged = int((~result.converged).sum())
+    summary = {"outputs": {"result": str(output), "cache": str(cache)}, "frames": int(frames),
+               "unconverged_frames": unconverged,
+               "message": f"wrote {output.name} and {cache.name}: {frames} frames simulated, "
+                          f"{unconverged} not converged"}
+    if collisions is not None:
+        summary["penetration_depth_max_mm"] = round(deepest_mm, 4)
+        summary["message"] += f"; deepest skin vertex inside a collider {deepest_mm:.2f} mm"
+    return summary
