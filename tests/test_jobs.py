@@ -230,6 +230,10 @@ def _placeholder_files(job_dir, *names):
         np.savez(job_dir / name, placeholder=np.zeros(1))
 
 
+_ANIMATE = {"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+            "outputs": {"result": "r.npz"}}
+
+
 @pytest.mark.parametrize("job, expected", [
     ({"command": "fit", "inputs": {"model": "model.npz", "rig": "rig.npz"}, "outputs": {"fit": "fit.npz"},
       "settings": {"shapes": "jawOpen"}}, "settings.shapes: expected a non-empty list"),
@@ -275,6 +279,29 @@ def _placeholder_files(job_dir, *names):
     ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz",
                                        "lip_vertices": "lips.npz"}, "outputs": {"result": "r.npz"}},
      "inputs.lip_vertices: applies only with lip or teeth collisions"),
+
+    # the ranges the solver can run in reasonable time, and outputs that would replace an input
+    ({**_ANIMATE, "settings": {"wind": [float("nan"), 0, 0]}}, "settings.wind: expected three finite numbers"),
+    ({**_ANIMATE, "settings": {"wind": [1e9, 0, 0]}}, "settings.wind: 1e.09 m/s is more than the 30 m/s"),
+    ({**_ANIMATE, "settings": {"dynamic": True, "substeps": 0}},
+     r"settings.substeps: expected a whole number in \[1, 100\]"),
+    ({**_ANIMATE, "settings": {"fat_scale": 10}}, r"settings.fat_scale: expected a number in \[0.5, 1.5\]"),
+    ({**_ANIMATE, "settings": {"diffusion_time_step_m2": 1.0}}, "settings.diffusion_time_step_m2: expected a number"),
+    ({**_ANIMATE, "settings": {"diffusion_steps": 1000, "diffusion_time_step_m2": 1e-5}},
+     "spread a painted point over 14 cm"),
+    ({**_ANIMATE, "settings": {"collisions": "teeth"}}, "settings.collisions: expected a list"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "activations.npz"}}, "names an input"),
+    ({"command": "animate", "inputs": {"model": "model.npz", "activations": "activations.npz"},
+      "outputs": {"result": "r.pc2"}}, "outputs.result: r.pc2 does not end in .npz"),
+    ({"command": "build-model", "inputs": {"rig": "rig.npz"}, "outputs": {"model": "m.npz"},
+      "settings": {"target_tets": 0}}, r"settings.target_tets: expected a whole number in \[500, 500000\]"),
+    ({"command": "build-model", "inputs": {"rig": "rig.npz"}, "outputs": {"model": "m.npz"},
+      "settings": {"target_tets": 1_000_000_000}}, "settings.target_tets: expected a whole number"),
+    ({"command": "fit", "inputs": {"model": "model.npz", "rig": "rig.npz"}, "outputs": {"fit": "model.npz"}},
+     "names an input"),
+    ({"command": "fit", "inputs": {"model": "model.npz", "rig": "rig.npz"}, "outputs": {"fit": "f.npz"},
+      "settings": {"shapes": []}}, "settings.shapes: expected a non-empty list"),
 ])
 def test_fit_and_animate_jobs_are_validated_strictly(tmp_path, job, expected):
     folder = tmp_path / "job"
