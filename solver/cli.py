@@ -115,12 +115,8 @@ def _animate(args, report):
     from .requests.animate import AnimateRequest, run_animate
     shape_keys = args.weights is not None       # MODEL FIT WEIGHTS: the second positional is the fit
     given = {name: getattr(args, name) for name in ("substeps", "wind", "fat_scale", "fat_softening", "diffusion_steps",
-                                                    "diffusion_time_step", "teeth_padding")
+                                                    "diffusion_time_step_m2", "teeth_padding_m")
              if getattr(args, name) is not None}
-    if "diffusion_time_step" in given:
-        given["diffusion_time_step_m2"] = given.pop("diffusion_time_step")
-    if "teeth_padding" in given:
-        given["teeth_padding_m"] = given.pop("teeth_padding")
     if args.muscles is not None and not shape_keys:
         raise InputError("--muscles: adds muscle contractions on top of shape-key weights. Fix: give MODEL FIT "
                          "WEIGHTS, or put the contractions in ACTIVATIONS itself.")
@@ -263,11 +259,11 @@ def _parser():
                      help="how much grown fat softens, 0..1 (1 = the paper's μ reduction, the default; 0 = none)")
     run.add_argument("--diffusion-steps", type=int, default=None,
                      help="diffusion steps of the painted maps into the volume (default 10)")
-    run.add_argument("--diffusion-time-step", type=float, default=None, metavar="M2",
+    run.add_argument("--diffusion-time-step", dest="diffusion_time_step_m2", type=float, default=None, metavar="M2",
                      help="diffusion time per step in m² (default 3e-6)")
     run.add_argument("--collisions", type=_comma_list, default=None,
                      help="keep the skin out of the teeth and/or the other lip: teeth, lips or teeth,lips")
-    run.add_argument("--teeth-padding", type=float, default=None, metavar="M",
+    run.add_argument("--teeth-padding", dest="teeth_padding_m", type=float, default=None, metavar="M",
                      help="with teeth collisions: metres of gum and lining around the teeth (default 0.001)")
     run.add_argument("--collider", type=Path, action="append", default=None, metavar="MESH.npz",
                      help="an external collider mesh, rigid or deforming (repeatable)")
