@@ -16,32 +16,7 @@ import bpy
 import numpy as np
 
 from . import pc2_cache
-from .names import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
-
-BAKE_ACTION_PREFIX = "FP bake "
-CACHE_FOLDER = "face_physics"
-
-
-def cache_path(obj) -> Path:
-    """Where the object's cache lives: `face_physics/` beside the saved .blend."""
-    blend = bpy.data.filepath
-    if not blend:
-        raise RuntimeError("save the .blend first: the model and caches are stored next to it in face_physics/")
-    stem = bpy.path.clean_name(Path(blend).stem)
-    return Path(blend).parent / CACHE_FOLDER / f"{stem}_{bpy.path.clean_name(obj.name)}.pc2"
-
-
-def model_path(obj) -> Path:
-    return cache_path(obj).with_name(cache_path(obj).stem + "_model.npz")
-
-
-def fit_path(obj) -> Path:
-    return cache_path(obj).with_name(cache_path(obj).stem + "_fit.npz")
-
-
-def relative(path: Path) -> str:
-    return bpy.path.relpath(str(path))
-
+from .storage import BAKE_ACTION_PREFIX, BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME, cache_path, relative
 
 def _fcurve_collections(key):
     """The F-curve collections of the shape-key datablock's action (legacy and 4.4+ layered)."""

@@ -71,8 +71,9 @@ def _make_active(obj) -> None:
 
 
 def bake_file(blend: str, object_names, solver_python: str, output: str) -> int:
+    """Bake each object as its Bake button does (workflow.start_bake_job → apply_bake), then save."""
     import bpy
-    from .job_runner import current_job
+    from . import scene_export, workflow
     objects, failures = _open_file(blend, object_names, solver_python)
     if not objects:
         return 1
@@ -81,20 +82,50 @@ def bake_file(blend: str, object_names, solver_python: str, output: str) -> int:
     for obj in objects:
         _make_active(obj)
         print(f"baking {obj.name} …", flush=True)
+        first = scene_export.frame_range(bpy.context, obj.face_physics)[0]
         try:
-            result = bpy.ops.face_physics.bake()
-        except RuntimeError as error:   # the operator's ERROR reports arrive as an exception here
+            job = workflow.start_bake_job(_Reports(obj.name), bpy.context, obj)
+        except (RuntimeError, ValueError, OSError) as error:
             print(f"{obj.name}: {error}", file=sys.stderr)
-            result = {'CANCELLED'}
-        if result != {'FINISHED'}:
+            job = None
+        if job is None or not _waited(obj, job):
             failures += 1
-        assert current_job() is None, "a background bake must finish within the operator"
+            continue
+        try:
+            frames = workflow.apply_bake(obj, job, first)
+            print(f"{obj.name}: baked {frames} frames ({job.result.get('message', '')})", flush=True)
+        except (RuntimeError, ValueError, OSError, KeyError) as error:
+            print(f"{obj.name}: could not apply the bake: {error}", file=sys.stderr)
+            failures += 1
+        finally:
+            job.close()
     bpy.ops.wm.save_mainfile()
     return 1 if failures else 0
 
 
+def _waited(obj, job, on_update=lambda job: None) -> bool:
+    """Run a started job to its end (Ctrl-C stops the solver too, then re-raises); print its
+    warnings; True when it finished, else False once the reason is printed and the job closed."""
+    try:
+        job.wait(on_update)
+    except KeyboardInterrupt:     # the solver runs in a session of its own: stop it too
+        job.cancel()
+        job.wait()
+        job.close()
+        raise
+    on_update(job)                # the messages read by the last poll
+    for warning in job.warnings:
+        print(f"{obj.name}: solver: {warning}", file=sys.stderr)
+    if job.outcome == 'FINISHED':
+        return True
+    reason = "cancelled" if job.outcome == 'CANCELLED' else f"failed: {job.error_message()}"
+    print(f"{obj.name}: {job.description} {reason}", file=sys.stderr)
+    job.close()
+    return False
+
+
 class _Reports:
-    """What the operators' shared start functions report to, printed (errors and warnings on stderr)."""
+    """What the workflow's start functions report to (in place of an operator), printed (errors and warnings on stderr)."""
 
     def __init__(self, object_name: str):
         self.object_name = object_name
@@ -107,13 +138,13 @@ class _Reports:
 
 def fit_file(blend: str, object_names, shapes: str, processes, solver_python: str, output: str) -> int:
     import bpy
-    from . import operators
+    from . import workflow
     objects, failures = _open_file(blend, object_names, solver_python)
     if failures or not objects:
         return 1
     try:
         for obj in objects:      # a misspelt shape stops the run before any fit starts
-            operators.fit_shape_selection(obj, 'ALL', shapes)
+            workflow.fit_shape_selection(obj, 'ALL', shapes)
     except ValueError as error:
         print(error, file=sys.stderr)
         return 1
@@ -128,7 +159,7 @@ def fit_file(blend: str, object_names, shapes: str, processes, solver_python: st
         if output:
             _save_as_keeping_model_paths(output)
         for obj, job in finished:
-            operators.apply_fit(obj, job)
+            workflow.apply_fit(obj, job)
             print(f"{obj.name}: {job.result.get('message', 'shape keys fitted')}", flush=True)
         bpy.ops.wm.save_mainfile()
     except (RuntimeError, ValueError, OSError, KeyError) as error:
@@ -145,10 +176,10 @@ def _run_fit_job(obj, shapes: str, processes):
     Returns the succeeded job (its fit not applied yet, its folder kept until `close`), or None
     once the reason it did not start or failed is printed."""
     import bpy
-    from . import operators
+    from . import workflow
     print(f"fitting {obj.name} …", flush=True)
     try:
-        job = operators.start_fit_job(_Reports(obj.name), bpy.context, obj, 'ALL', shapes, processes)
+        job = workflow.start_fit_job(_Reports(obj.name), bpy.context, obj, 'ALL', shapes, processes)
     except (RuntimeError, ValueError, OSError) as error:
         print(f"{obj.name}: {error}", file=sys.stderr)
         return None
@@ -167,22 +198,7 @@ def _run_fit_job(obj, shapes: str, processes):
                   f"max {worst:.2f} mm{mirrored}", flush=True)
         printed = len(job.finished_shapes)
 
-    try:
-        job.wait(show_fitted_shapes)
-    except KeyboardInterrupt:     # the solver runs in a session of its own: stop it too
-        job.cancel()
-        job.wait()
-        job.close()
-        raise
-    show_fitted_shapes(job)       # the messages read by the last poll
-    for warning in job.warnings:
-        print(f"{obj.name}: solver: {warning}", file=sys.stderr)
-    if job.outcome == 'FINISHED':
-        return job
-    reason = "cancelled" if job.outcome == 'CANCELLED' else f"failed: {job.error_message()}"
-    print(f"{obj.name}: {job.description} {reason}", file=sys.stderr)
-    job.close()
-    return None
+    return job if _waited(obj, job, show_fitted_shapes) else None
 
 
 def _save_as_keeping_model_paths(output: str) -> None:

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import head_motion, preflight
-from .names import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
+from .storage import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
 from .preflight import ERROR, Finding
 
 SCALE_TOLERANCE = 1e-4

@@ -274,7 +274,7 @@ def test_the_farm_fit_command_fits_and_saves_a_file_for_a_later_farm_bake(scene,
 
 
 def test_cancel_during_a_bake_leaves_the_scene_unchanged(scene):
-    from blender_addon import operators
+    from blender_addon import workflow
     obj = scene["object"]
     settings = obj.face_physics
     settings.bake_target = 'PC2'
@@ -289,7 +289,7 @@ def test_cancel_during_a_bake_leaves_the_scene_unchanged(scene):
             reports.append((kind, message))
 
     try:
-        job = operators.start_bake_job(Caller(), bpy.context, obj)
+        job = workflow.start_bake_job(Caller(), bpy.context, obj)
         assert job is not None, reports
         while job.update() is None and not job.message.startswith("frame"):
             pass
@@ -364,7 +364,7 @@ def test_fit_selected_fills_the_error_list_and_stores_the_fit_beside_the_model(s
 
 
 def test_cancel_during_a_fit_leaves_the_scene_and_the_earlier_fit_untouched(scene, fitted):
-    from blender_addon import operators
+    from blender_addon import workflow
     obj = scene["object"]
     settings = obj.face_physics
     fit_bytes = fitted["fit"].read_bytes()
@@ -381,7 +381,7 @@ def test_cancel_during_a_fit_leaves_the_scene_and_the_earlier_fit_untouched(scen
         def report(self, kind, message):
             reports.append((kind, message))
 
-    job = operators.start_fit_job(Caller(), bpy.context, obj, 'ALL')
+    job = workflow.start_fit_job(Caller(), bpy.context, obj, 'ALL')
     assert job is not None, reports
     written = json.loads((job.job_dir / "job.json").read_text())
     assert "shapes" not in written["settings"] and "previous_fit" not in written["inputs"], "Fit All fits afresh"
@@ -675,7 +675,7 @@ class _Reports:      # what an operator provides to the shared job functions
 
 def test_painted_lip_groups_replace_the_solvers_automatic_lips(scene):
     import io
-    from blender_addon import job_files, operators
+    from blender_addon import job_files, workflow
     from solver import jobs
     from solver.requests import animate as animate_request
     from solver.collisions.lips import find_lip_surfaces
@@ -696,7 +696,7 @@ def test_painted_lip_groups_replace_the_solvers_automatic_lips(scene):
     job_dir = None
     try:
         caller = _Reports()
-        job_dir = operators.write_bake_job(caller, bpy.context, obj)
+        job_dir = workflow.write_bake_job(caller, bpy.context, obj)
         assert job_dir is not None, caller.reports
         job = jobs.read_job(job_dir)
         assert job["inputs"]["lip_vertices"].name == job_files.LIP_VERTICES_FILE
@@ -712,11 +712,11 @@ def test_painted_lip_groups_replace_the_solvers_automatic_lips(scene):
         for index in range(len(obj.data.vertices)):        # an empty lower lip stops the bake with the reason
             lower.remove([index])
         caller = _Reports()
-        job_dir = operators.write_bake_job(caller, bpy.context, obj)
+        job_dir = workflow.write_bake_job(caller, bpy.context, obj)
         assert job_dir is None and any("FP_lip_lower has no vertex" in message for _, message in caller.reports)
         obj.vertex_groups.remove(lower)                     # one group alone: automatic lips, with a warning
         caller = _Reports()
-        job_dir = operators.write_bake_job(caller, bpy.context, obj)
+        job_dir = workflow.write_bake_job(caller, bpy.context, obj)
         assert job_dir is not None and "lip_vertices" not in jobs.read_job(job_dir)["inputs"]
         assert any("found automatically" in message for _, message in caller.reports)
     finally:

@@ -1,0 +1,35 @@
+"""Where the add-on stores what it makes, and the names it gives to what it adds to the user's
+object, in one place: the model, fit and cache files live in `face_physics/` beside the saved
+.blend; the bake's shape keys, action and cache modifier are found again by these names (and
+never the user's own)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import bpy
+
+CACHE_MODIFIER_NAME = "Face Physics cache"
+BAKE_KEY_PREFIX = "FP bake "
+BAKE_ACTION_PREFIX = "FP bake "
+CACHE_FOLDER = "face_physics"
+
+
+def cache_path(obj) -> Path:
+    """Where the object's cache lives: `face_physics/` beside the saved .blend."""
+    blend = bpy.data.filepath
+    if not blend:
+        raise RuntimeError("save the .blend first: the model and caches are stored next to it in face_physics/")
+    stem = bpy.path.clean_name(Path(blend).stem)
+    return Path(blend).parent / CACHE_FOLDER / f"{stem}_{bpy.path.clean_name(obj.name)}.pc2"
+
+
+def model_path(obj) -> Path:
+    return cache_path(obj).with_name(cache_path(obj).stem + "_model.npz")
+
+
+def fit_path(obj) -> Path:
+    return cache_path(obj).with_name(cache_path(obj).stem + "_fit.npz")
+
+
+def relative(path: Path) -> str:
+    return bpy.path.relpath(str(path))

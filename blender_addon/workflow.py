@@ -1,0 +1,241 @@
+"""The add-on's workflow without operators: pre-flight checks, writing and starting the solver's
+jobs from a skin object, and applying what a succeeded job returns. The operators (operators.py),
+the farm command line (cli.py) and the tests all call these, so a farm bake is the artist's bake.
+Nothing here changes the scene before a job has succeeded, except `apply_*`."""
+
+import os
+from typing import List, Optional
+
+import bpy
+import numpy as np
+
+from . import bake, job_files, preflight, preferences, scene_export, solver_environment, storage
+from .job_runner import Job
+from .preflight import ERROR, Finding
+
+
+def skin_object(context):
+    obj = context.active_object
+    return obj if obj is not None and obj.type == 'MESH' else None
+
+
+def report_findings(operator, findings: List[Finding]) -> bool:
+    """Report every finding; True when one of them is an error (the job must not start)."""
+    for finding in findings:
+        operator.report({finding.severity}, finding.message)
+    return any(finding.severity == ERROR for finding in findings)
+
+
+def update_muscle_list(settings, names) -> None:
+    """The model's muscles, keeping each surviving muscle's contraction and paralysis."""
+    previous = {muscle.name: (muscle.contraction, muscle.paralysed) for muscle in settings.muscles}
+    settings.muscles.clear()
+    for name in names:
+        muscle = settings.muscles.add()
+        muscle.name = name
+        muscle.contraction, muscle.paralysed = previous.get(name, (1.0, False))
+
+
+def model_file(obj):
+    path = obj.face_physics.model_path
+    return bpy.path.abspath(path) if path else ""
+
+
+def fit_file(obj):
+    """The object's FIT.npz when it has one on disk, else ''."""
+    path = obj.face_physics.fit_path
+    absolute = bpy.path.abspath(path) if path else ""
+    return absolute if absolute and os.path.isfile(absolute) else ""
+
+
+def refresh_fit_list(obj) -> None:
+    """The Fit panel's list: one row per exported shape key (in the mesh's order), keeping the
+    ticks, with each shape's errors from the current fit."""
+    settings = obj.face_physics
+    ticked = {item.name for item in settings.fit_shapes if item.selected}
+    mapping = scene_export.name_mapping(settings)
+    fitted = {}
+    if fit_file(obj):
+        fitted = {shape["name"]: shape for shape in job_files.read_fit_summary(fit_file(obj))["shapes"]}
+    settings.fit_shapes.clear()
+    listed = set()
+    for block in scene_export.user_key_blocks(obj):
+        name = preflight.solver_shape_key_name(block.name, mapping)
+        if name in listed:
+            continue
+        listed.add(name)
+        item = settings.fit_shapes.add()
+        item.name, item.key_name, item.selected = name, block.name, name in ticked
+        shape = fitted.get(name)
+        item.fitted = shape is not None
+        if shape is not None:
+            item.error_mean_mm, item.error_p95_mm, item.error_max_mm = shape["error_mm"]
+            item.status, item.context, item.start = shape["status"], shape["context"], shape["start"]
+    rows = [item for item in settings.fit_shapes if item.fitted]
+    if rows:
+        max(rows, key=lambda item: item.error_mean_mm).worst = True
+    settings.fit_index = min(settings.fit_index, max(len(settings.fit_shapes) - 1, 0))
+
+
+def fit_preflight(context, obj) -> List[Finding]:
+    settings = obj.face_physics
+    if not settings.model_path or not os.path.isfile(model_file(obj)):
+        return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
+    return preflight.check_topology(scene_export.topology_signature(obj), settings.model_topology)
+
+
+def has_model_file(obj) -> bool:
+    return bool(obj.face_physics.model_path) and os.path.isfile(model_file(obj))
+
+
+def model_preflight(context, obj) -> List[Finding]:
+    """The model exists and still belongs to this mesh at this scale (what every simulation needs)."""
+    if not has_model_file(obj):
+        return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
+    return (preflight.check_topology(scene_export.topology_signature(obj), obj.face_physics.model_topology)
+            + scene_export.metres_per_unit(context, obj)[1])
+
+
+def bake_preflight(context, obj) -> List[Finding]:
+    settings = obj.face_physics
+    findings = model_preflight(context, obj)
+    if not has_model_file(obj):
+        return findings
+    if settings.bake_target == 'PC2':
+        findings += scene_export.cache_preflight(obj)
+    first, last = scene_export.frame_range(context, settings)
+    if last < first:
+        findings.append(Finding(ERROR, f"the frame range {first}–{last} is empty"))
+    if settings.animation_source == 'SHAPE_KEYS' and settings.fit_path:
+        if not fit_file(obj):
+            findings.append(Finding(ERROR, f"the fit file {settings.fit_path} is missing; fit the shape keys again "
+                                           f"(Fit panel)"))
+        elif job_files.read_fit_summary(fit_file(obj))["tets"] != settings.model_tets:
+            findings.append(Finding(ERROR, "the fit belongs to another model; fit the shape keys again (Fit panel)"))
+    findings += scene_export.collider_preflight(obj)
+    return findings
+
+
+def write_bake_job(operator, context, obj):
+    """Export the animation into a new animate job folder and return it, or None when a
+    finding stops the bake (reported on `operator`). With a fit, the shape keys' values drive
+    the face (and moving muscle sliders add on top); without one, the muscle contractions."""
+    storage.cache_path(obj)
+    if report_findings(operator, bake_preflight(context, obj)):
+        return None
+    settings = obj.face_physics
+    first, last = scene_export.frame_range(context, settings)
+    metres = settings.metres_per_unit
+    samples = scene_export.sample_frames(context, obj, first, last)
+    use_fit = settings.animation_source == 'SHAPE_KEYS' and bool(fit_file(obj))
+    findings, weights = [], None
+    if use_fit:
+        weights, findings = scene_export.weights_arrays(obj, samples, job_files.read_fit_shape_names(fit_file(obj)),
+                                                        metres)
+        activations = (scene_export.activations_arrays(obj, samples, metres, head=False)
+                       if scene_export.muscles_move(samples) else None)
+    else:
+        activations = scene_export.activations_arrays(obj, samples, metres)
+        moving = [name for name, values in samples.key_values.items() if np.any(values != 0.0)]
+        if settings.animation_source == 'SHAPE_KEYS' and moving:
+            findings.append(Finding(preflight.WARNING, f"no fit yet, so the shape keys ({', '.join(moving[:4])}"
+                                                       f"{' …' if len(moving) > 4 else ''}) do not drive the bake; "
+                                                       f"press Fit All in the Fit panel"))
+    colliders, collider_findings = scene_export.collider_arrays(obj, samples, metres)
+    simulation = scene_export.simulation_settings(context, obj, with_fit=use_fit)
+    lips, lip_findings = (scene_export.lip_vertex_arrays(obj) if simulation["collisions"] else (None, []))
+    if report_findings(operator, findings + collider_findings + lip_findings):
+        return None
+    job_dir = job_files.new_job_folder()
+    job_files.write_animate_job(job_dir, model_file(obj), activations, scene_export.export_maps(obj), simulation,
+                                fit_path=fit_file(obj) if use_fit else None, weights=weights,
+                                colliders=colliders, lip_vertices=lips)
+    return job_dir
+
+
+def start_bake_job(operator, context, obj):
+    """Write the bake's job folder (`write_bake_job`) and start the solver on it (shared with
+    the farm bake); None when a finding stopped it."""
+    job_dir = write_bake_job(operator, context, obj)
+    if job_dir is None:
+        return None
+    first, last = scene_export.frame_range(context, obj.face_physics)
+    return Job(f"bake {last - first + 1} frames",
+               solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+
+
+def start_fat_preview_job(operator, context, obj):
+    """Start one quasi-static frame of the neutral face with the painted maps and the Fat panel's
+    settings (no animation, collisions, gravity or wind); the operator shows it on the preview
+    object once the solver succeeded."""
+    if report_findings(operator, model_preflight(context, obj)):
+        return None
+    muscles = [muscle.name for muscle in obj.face_physics.muscles]
+    neutral = {"muscle_contraction": np.ones((1, len(muscles))), "muscle_names": np.array(muscles, dtype=str),
+               "jaw": np.zeros((1, 5))}
+    job_dir = job_files.new_job_folder()
+    job_files.write_animate_job(job_dir, model_file(obj), neutral, scene_export.export_maps(obj),
+                                scene_export.fat_settings(obj))
+    return Job("fat preview", solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+
+
+def fit_shape_selection(obj, scope: str, shapes_text: str = "") -> Optional[List[str]]:
+    """The shape keys (solver spelling) a fit job is asked for: None = all of them."""
+    settings = obj.face_physics
+    exported = [preflight.solver_shape_key_name(block.name, scene_export.name_mapping(settings))
+                for block in scene_export.user_key_blocks(obj)]
+    if shapes_text.strip():
+        names = [name.strip() for name in shapes_text.split(",") if name.strip()]
+    elif scope == 'SELECTED':
+        names = [item.name for item in settings.fit_shapes if item.selected]
+        if not names:
+            raise ValueError("no shape key is ticked in the Fit list; tick the ones to fit, or press Fit All")
+    else:
+        return None
+    unknown = [name for name in names if name not in exported]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not shape keys of '{obj.name}' (after the name mapping); press "
+                         f"Update List in the Fit panel")
+    return names
+
+
+def start_fit_job(operator, context, obj, scope: str, shapes_text: str = "", processes: Optional[int] = None):
+    """Export the rig and start the fit job (shared by the operator, the farm fit and the tests);
+    `processes` defaults to the panel's Processes. Nothing in the scene changes here: `apply_fit`
+    applies the fit only when the job succeeded."""
+    storage.fit_path(obj)   # fails early, with the reason, when the .blend is unsaved
+    if report_findings(operator, fit_preflight(context, obj)):
+        return None
+    rig, findings = scene_export.export_rig(context, obj)
+    if report_findings(operator, findings):
+        return None
+    if not len(rig["shape_key_names"]):
+        raise ValueError(f"'{obj.name}' has no shape keys to fit")
+    names = fit_shape_selection(obj, scope, shapes_text)
+    # Fitting some shapes keeps the others of the current fit; fitting all starts afresh.
+    previous = fit_file(obj) if names is not None else ""
+    job_dir = job_files.new_job_folder()
+    job_files.write_fit_job(job_dir, model_file(obj), rig, names,
+                            obj.face_physics.fit_processes if processes is None else processes,
+                            previous_fit=previous or None)
+    count = len(rig["shape_key_names"]) if names is None else len(names)
+    return Job(f"fit {count} shape key{'s' * (count != 1)}",
+               solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+
+
+def apply_fit(obj, job) -> None:
+    """Put a succeeded fit job's FIT.npz beside the .blend (`face_physics/<blend>_<object>_fit.npz`)
+    and fill the Fit list's errors from it (the Fit operator's and the farm fit's last step)."""
+    destination = storage.fit_path(obj)
+    job_files.install_file(job.job_dir / job_files.FIT_FILE, destination)
+    obj.face_physics.fit_path = storage.relative(destination)
+    refresh_fit_list(obj)
+
+
+def apply_bake(obj, job, first_frame: int) -> int:
+    """Write a succeeded bake job's frames to the object's bake target from `first_frame` (the
+    Bake operator's and the farm bake's last step); returns the number of frames."""
+    positions = job_files.read_result_positions(job.job_dir)
+    settings = obj.face_physics
+    bake.apply_bake(obj, settings.bake_target, positions, first_frame, settings.metres_per_unit)
+    return len(positions)
