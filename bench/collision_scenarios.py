@@ -273,7 +273,7 @@ def pushable_depth(simulator: FaceSimulator, scene: CollisionScene, pose: BonePo
     """How deep (m) the embedded skin — the tissue's own result, before the detail offset and the
     display projection — lies in the scene at the vertices the tissue is asked to hold out:
     pushable ones (drive along the plane normal ≥ 0.25), measured beyond what the compression limit lets a plane give
-    up (contact.MAX_TISSUE_COMPRESSION)."""
+    up (skin_embedding.MAX_TISSUE_COMPRESSION)."""
     response = simulator.contact_response
     planes = scene.detect(simulator.skin_positions(), pose)
     planes = planes.subset(response.pushable(planes, pose))

@@ -36,7 +36,7 @@ from solver.inverse.fit_file import load_fit  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
 from solver.model_file import load_model  # noqa: E402
 from solver.inverse.blend import blend  # noqa: E402
-from solver.physics.contact import ColliderSet  # noqa: E402
+from solver.collisions.collider_set import ColliderSet  # noqa: E402
 from solver.physics.simulator import FaceSimulator, SimulationSettings  # noqa: E402
 
 
@@ -115,7 +115,7 @@ class RegionRecorder:
 
     def picture(self, model, scene, path):
         from solver.collisions.contacts import BonePose
-        from solver.physics.contact import SkinEmbedding
+        from solver.physics.skin_embedding import SkinEmbedding
         from solver.pictures.contact_frames import contact_region_sheet
         from solver.pictures.raster import save_png
         if self.kept is None:

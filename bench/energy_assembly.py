@@ -36,7 +36,7 @@ from solver.demo_head import make_demo_rig  # noqa: E402
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
 from solver.model_file import load_model  # noqa: E402
 from solver.physics.corotated import CorotatedElasticity, TetMaterial, corotated_element_hessians  # noqa: E402
-from solver.physics.energy_registry import random_activations  # noqa: E402
+from tests.energy_registry import random_activations  # noqa: E402
 
 # Runs in a subprocess: import, then the first mesh assembly and element-kernel call on one tet.
 _FIRST_CALL_SCRIPT = """

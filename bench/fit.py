@@ -4,7 +4,7 @@ Two parts, both on the same model:
 
 1. Per shape, on one core (BLAS and numba single-threaded), each requested method in the same
    run: the reduced-space Gauss–Newton fit (solver/inverse/fit.py) and the full-space IPOPT fit
-   of the paper (solver/inverse/full_space.py); `reduced-last-start` is the reduced fit with its
+   of the paper (baselines/full_space.py); `reduced-last-start` is the reduced fit with its
    trial solves started from the last equilibrium rather than its first-order prediction
    (FitSettings.predicted_start). Prints seconds, outer/IPOPT iterations and the
    error on the face region (mean / 95th percentile / max mm).
@@ -67,7 +67,7 @@ def _fitters(model, rig, methods):
             fitters[method] = ShapeFitter(model, model["skin_vertices"], model["skin_triangles"], region,
                                           FitSettings(predicted_start=False))
         elif method == "ipopt":
-            from solver.inverse.full_space import FullSpaceFitter
+            from baselines.full_space import FullSpaceFitter
             fitters[method] = FullSpaceFitter(reduced)
         else:
             raise SystemExit(f"unknown method {method!r}: use reduced, reduced-last-start and/or ipopt")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPOSITORY))
 
 from solver.model_builder.builder import BuildOptions, build_model  # noqa: E402
 from solver.physics.activation import tet_activations  # noqa: E402
-from solver.physics.newton import solve_reference_spsolve  # noqa: E402
+from baselines.spsolve_newton import solve_reference_spsolve  # noqa: E402
 from solver.physics.simulator import FaceSimulator, SimulationSettings  # noqa: E402
 from tests.ict_data import ICT_PATH, ict_available, load_ict_rig  # noqa: E402
 

@@ -31,7 +31,7 @@ from solver.physics.corotated import (
     corotated_element_energies,
     corotated_element_gradients,
 )
-from solver.physics.energy_registry import random_activations, random_rotations
+from energy_registry import random_activations, random_rotations
 
 EDGE = 0.01                 # m, the test meshes' edge length
 ACTIVATION_STEP = 1e-6      # central-difference step in a (a ≈ 1)

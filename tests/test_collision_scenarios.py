@@ -131,7 +131,7 @@ def test_the_before_after_picture(lip_run, demo_15k, tmp_path):
 def test_the_contact_region_picture(lip_run, demo_15k):
     """contact_frames.contact_region_sheet on the region around the plain frame's penetrating
     vertices (the rest face drawn): relaxed tets and the held ring both show, in both views."""
-    from solver.physics.contact import SkinEmbedding
+    from solver.physics.skin_embedding import SkinEmbedding
     from solver.physics.contact_region import ContactRegion
     from solver.physics.corotated import CorotatedElasticity
     from solver.pictures.contact_frames import HELD_RING_COLOUR, RELAXED_COLOUR, contact_region_sheet

@@ -17,7 +17,8 @@ from solver.physics.bones import (bone_transforms, jaw_transform, rigid_transfor
                                   rotation_about_y)
 from solver.physics.constraints import BoneConstraints
 from solver.physics.ipopt_solve import solve_with_ipopt, tangent_plane_inequalities
-from solver.physics.newton import NewtonSolver, solve_reference_spsolve
+from baselines.spsolve_newton import solve_reference_spsolve
+from solver.physics.newton import NewtonSolver
 
 GRAVITY = np.array([0.0, 0.0, -9.81])
 SPACING = 0.01                   # m between grid nodes
@@ -610,7 +611,7 @@ def test_an_exact_hessian_with_a_projected_fallback_tries_no_shift_then_only_shi
     smallest = newton.MIN_EXACT_SHIFT_RELATIVE
 
     def shifts(last_shift, first_relative=smallest):
-        return list(itertools.islice(newton._shift_sequence(matrix, last_shift, first_relative), 3))
+        return list(itertools.islice(newton.shift_sequence(matrix, last_shift, first_relative), 3))
 
     assert smallest < newton.MAX_EXACT_SHIFT_RELATIVE
     assert shifts(0.0) == [0.0, 2 * smallest, pytest.approx(20 * smallest)]

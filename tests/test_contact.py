@@ -18,9 +18,11 @@ from solver.collisions.contacts import BonePose, ContactPlanes
 from solver.collisions.sdf import (BoxCollider, CapsuleCollider, SphereCollider, box_signed_distance,
                                    capsule_signed_distance, sphere_signed_distance)
 from solver.geometry import triangle_normals_areas
-from solver.physics.contact import (DEFAULT_CONTACT_TOLERANCE, REACTION_COLLIDER_OFFSET, AugmentedLagrangianContact,
-                                    ColliderSet, ContactResponse, SkinEmbedding, SlidingNodes,
-                                    contact_element_energies, contact_energy, plane_keys)
+from solver.collisions.collider_set import ColliderSet
+from solver.physics.contact import AugmentedLagrangianContact, contact_element_energies, contact_energy
+from solver.physics.contact_response import (DEFAULT_CONTACT_TOLERANCE, REACTION_COLLIDER_OFFSET, ContactResponse,
+                                             plane_keys)
+from solver.physics.skin_embedding import SkinEmbedding, SlidingNodes
 from solver.model_builder.builder import BuildOptions, build_model
 from solver.physics.simulator import FaceSimulator, SimulationSettings
 

@@ -5,11 +5,11 @@ measured by bench/collisions.py (docs/collisions.md)."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from scipy.spatial.transform import Rotation
 
 from solver.collisions.contacts import BonePose
-from solver.physics.contact import AugmentedLagrangianContact, ColliderSet
+from solver.collisions.collider_set import ColliderSet
+from solver.physics.contact import AugmentedLagrangianContact
 from solver.physics.contact_region import ContactRegion
 from solver.physics.simulator import FaceSimulator, SimulationSettings
 from test_contact import identity_activations, pressing_sphere

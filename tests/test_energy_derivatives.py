@@ -16,7 +16,7 @@ from solver.physics.corotated import (
     corotated_element_hessians,
     corotated_energy,
 )
-from solver.physics.energy_registry import REGISTERED_ENERGIES, random_activations, random_rotations
+from energy_registry import REGISTERED_ENERGIES, random_activations, random_rotations
 from solver.physics.simple_energies import STANDARD_GRAVITY, GravityEnergy, InertiaEnergy
 
 EDGE = 0.01                         # m: test meshes have 1 cm edges, like a face model's tets

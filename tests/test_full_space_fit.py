@@ -1,4 +1,4 @@
-"""Full-space inverse physics (solver/inverse/full_space.py): derivatives and fits with real
+"""Full-space inverse physics (baselines/full_space.py): derivatives and fits with real
 IPOPT and CHOLMOD on a small demo-head model (3,000 requested tets), built once."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from solver.inverse.fit import MIN_ACTIVATION_EIGENVALUE, ShapeFitter
-from solver.inverse.full_space import FullSpaceFitter
+from baselines.full_space import FullSpaceFitter
 from solver.inverse.regularizers import GroupSparsity, neutral_activations
 from solver.inverse.shapes import face_region
 from solver.physics.activation import symmetric_from_vector, tet_activations, vector_from_symmetric

@@ -16,7 +16,7 @@ import pytest
 
 from solver.inverse.blend import BLEND_MIN_EIGENVALUE, blend, load_weights
 from solver.inverse.equilibrium import StaticFace
-from solver.inverse.fibre_fit import FibreFitter
+from baselines.fibre_fit import FibreFitter
 from solver.inverse import fit as fit_module
 from solver.inverse.fit import ShapeFitter
 from solver.inverse.fit_file import FitFormatError, fit_energy_warning, fitted_stiffening, load_fit, save_fit

@@ -114,7 +114,7 @@ class CollisionScene:
     def detect(self, skin_positions: np.ndarray, pose: BonePose, margin: float = 0.0) -> ContactPlanes:
         """Tangent planes for every skin vertex penetrating any collider (all in world metres);
         with `margin` > 0 also for vertices less than `margin` outside one (depth 0: predictive
-        planes, see contact.py)."""
+        planes, see contact_response.py)."""
         skin_positions = np.ascontiguousarray(skin_positions, dtype=np.float64)
         if skin_positions.shape != self.skin_rest.shape:
             raise ValueError(f"skin_positions must have shape {self.skin_rest.shape}, got {skin_positions.shape}")

@@ -22,26 +22,15 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..physics.activation import tet_activations_from_vectors
 from ..physics.activation_derivatives import ActivationCoupling
 from ..physics.bones import bone_transforms
 from ..physics.simulator import FaceSimulator, SimulationSettings
+from ..physics.skin_embedding import SkinEmbedding
 
 JAW_PARAMETER_COUNT = 5
 JAW_DIFFERENCE_STEP = 1e-6
-
-
-def skin_embedding_matrix(model) -> sp.csr_matrix:
-    """B (3V × 3N): skin vertex coordinates from node coordinates (barycentric, per axis)."""
-    tets = np.asarray(model["tets"])[np.asarray(model["skin_embedding_tet"])]          # (V, 4)
-    weights = np.asarray(model["skin_embedding_weights"], dtype=np.float64)           # (V, 4)
-    vertex_count, node_count = len(tets), len(model["rest_positions"])
-    rows = (3 * np.arange(vertex_count)[:, None, None] + np.arange(3)[None, None, :]).repeat(4, axis=1)
-    cols = 3 * tets[:, :, None] + np.arange(3)
-    values = np.broadcast_to(weights[:, :, None], rows.shape)
-    return sp.csr_matrix((values.ravel(), (rows.ravel(), cols.ravel())), shape=(3 * vertex_count, 3 * node_count))
 
 
 @dataclass
@@ -66,7 +55,7 @@ class StaticFace:
         self.simulator = FaceSimulator(model, SimulationSettings(mu=mu, lam=lam, tolerance=tolerance,
                                                                  max_iterations=max_iterations, load_step_budget=0,
                                                                  max_activation_change_per_load_step=None))
-        self.embedding = skin_embedding_matrix(model)
+        self.embedding = SkinEmbedding.from_model(model).matrix()
         self.tet_count = len(model["tets"])
 
     def tet_activations(self, activations) -> np.ndarray:

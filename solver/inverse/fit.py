@@ -95,8 +95,9 @@ class FitSettings:
     # trial solve took 9-33 % fewer Newton iterations, the whole fit 3 % less time (docs/benchmarks.md).
     predicted_start: bool = True
     # A trial equilibrium whose Newton residual stays above its lowest value for this many steps
-    # is abandoned and the step rejected like one that raised f (LM damping × 10): the solve is
-    # snapping through to another equilibrium branch, far from the linearisation's prediction.
+    # is abandoned and the step rejected like one that raised f (the damping raised as after any
+    # rejection): the solve is snapping through to another equilibrium branch, far from the
+    # linearisation's prediction.
     # On three ICT shapes such solves took 28-47 steps, their residual above its lowest for 11-35
     # steps in a row; ordinary ones for at most 7 (docs/benchmarks.md). None: solve to the end.
     trial_stall_steps: int | None = 8

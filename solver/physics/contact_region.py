@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .constraints import BoneConstraints
-from .contact import SkinEmbedding
+from .skin_embedding import SkinEmbedding
 from .corotated import CorotatedElasticity
 from .newton import MAX_FORCING, NewtonResult, NewtonSolver
 

@@ -10,7 +10,7 @@ the vertex must stay on the allowed side. Through x = P q + c each plane is one 
   detection hands over): (Σ_k w_k nᵀ P_k) q ≥ nᵀ (p − Σ_k w_k c_k) — the weights times the
   basis rows of P of the four nodes of the vertex's tet.
 
-contact.ContactResponse.solve_ipopt alternates this solve with detection (docs/collisions.md).
+contact_response.ContactResponse.solve_ipopt alternates this solve with detection (docs/collisions.md).
 
 IPOPT gets the exact reduced Hessian Pᵀ H P (lower triangle, on the fixed pattern of
 ``BoneConstraints.reduce_hessian``); the constraints are linear, so they add nothing to the
@@ -75,7 +75,7 @@ def tangent_plane_inequalities(constraints: BoneConstraints,
 
 def skin_plane_inequalities(constraints: BoneConstraints, embedding, planes) -> LinearInequalities:
     """Map contact planes n · (x_v − p) ≥ 0 on embedded skin vertices (a collisions
-    ContactPlanes; embedding a contact.SkinEmbedding) through the current frame's x = P q + c.
+    ContactPlanes; embedding a skin_embedding.SkinEmbedding) through the current frame's x = P q + c.
 
     A plane whose vertex lies in a tet of four pinned nodes is dropped (its tet's nodes go in
     ``skipped_pinned_nodes``): no choice of q moves that vertex."""

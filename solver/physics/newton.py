@@ -67,13 +67,11 @@ row (docs/benchmarks.md, "Snap-through trials").
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import MatrixRankWarning, spsolve
 from sksparse import cholmod
 
 from .constraints import BoneConstraints
@@ -248,7 +246,7 @@ class CholmodLinearSolver:
         self._analyse_if_new_pattern(matrix)
         self._modified = None
         self._factored_term = low_rank if low_rank is not None else LowRankTerm.empty(matrix.shape[0])
-        for shift in (_shift_sequence(matrix, self.last_shift) if shifts is None else shifts):
+        for shift in (shift_sequence(matrix, self.last_shift) if shifts is None else shifts):
             self.factorisations += 1
             try:
                 self._factor.cholesky_inplace(matrix, beta=shift)
@@ -330,26 +328,7 @@ def _conjugate_gradients_with_outcome(matrix, rhs, preconditioner, relative_tole
     return None, max_iterations, TOO_MANY_ITERATIONS
 
 
-class SpsolveLinearSolver:
-    """The same solve with scipy's general sparse LU (SuperLU): the benchmark's baseline.
-
-    LU cannot tell a positive definite matrix from an indefinite one, so here the shift is
-    raised until the solution is a descent direction (d · rhs > 0, rhs = −∇E)."""
-
-    def solve(self, matrix: sp.csc_matrix, rhs: np.ndarray, relative_tolerance: float = 0.0,
-              low_rank: LowRankTerm | None = None, shifts: tuple | None = None) -> tuple[np.ndarray, float]:
-        # `low_rank` is part of `matrix` already; a direct solve has no use for it.
-        identity = sp.eye(matrix.shape[0], format="csc")
-        for shift in (_shift_sequence(matrix) if shifts is None else shifts):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", MatrixRankWarning)    # a singular matrix gives NaNs, handled below
-                direction = np.atleast_1d(spsolve(matrix + shift * identity if shift else matrix, rhs))
-            if np.all(np.isfinite(direction)) and direction @ rhs > 0.0:
-                return direction, shift
-        raise HessianNotPositiveDefinite(f"no descent direction even with a diagonal shift of {shift:.3g}")
-
-
-def _shift_sequence(matrix, last_shift: float = 0.0, first_relative: float = FIRST_SHIFT_RELATIVE):
+def shift_sequence(matrix, last_shift: float = 0.0, first_relative: float = FIRST_SHIFT_RELATIVE):
     """0, then diagonal shifts growing tenfold from `first_relative` × the mean |diagonal|;
     after a shifted factorisation (`last_shift` > 0) it starts at a tenth of that shift instead.
 
@@ -438,7 +417,7 @@ def _newton_direction(objective, constraints: BoneConstraints, linear_solver, x,
     last_shift = getattr(linear_solver, "last_shift", 0.0)
     # Below `largest` by more than rounding: MIN × 10ⁿ may land a hair under it, and trying
     # the same shift twice is one more failed factorisation.
-    shifts = [] if exact_refused else [shift for shift in _shift_sequence(exact, last_shift, MIN_EXACT_SHIFT_RELATIVE)
+    shifts = [] if exact_refused else [shift for shift in shift_sequence(exact, last_shift, MIN_EXACT_SHIFT_RELATIVE)
                                        if shift < largest * (1.0 - 1e-12)]
     try:
         return (*linear_solver.solve(exact, -reduced_gradient, forcing_exact, low_rank, shifts=(*shifts, largest)),
@@ -454,7 +433,7 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
                     before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None) -> NewtonResult:
     """Minimise the objective over q in the constraints' current frame, starting from x0
     projected onto the constraints. ``linear_solver`` is a CholmodLinearSolver (production)
-    or SpsolveLinearSolver (baseline). `max_forcing`: the loosest relative accuracy of a step
+    or baselines.spsolve_newton.SpsolveLinearSolver (the baseline). `max_forcing`: the loosest relative accuracy of a step
     (0: every step solved exactly, by a fresh factorisation). `max_steps_without_progress`:
     stop, unconverged and `stalled`, once the residual has stayed above its lowest value for
     this many steps (None: never) — the energy still falls, but the solve is travelling away
@@ -584,14 +563,3 @@ class NewtonSolver:
                                force_scale=force_scale, max_forcing=max_forcing,
                                max_steps_without_progress=self.max_steps_without_progress,
                                before_step=before_step)
-
-
-def solve_reference_spsolve(objective: Objective, constraints: BoneConstraints, x0: np.ndarray,
-                            skull_transform: np.ndarray | None = None, jaw_transform: np.ndarray | None = None,
-                            *, tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
-                            force_scale: float | None = None) -> NewtonResult:
-    """The same Newton loop with scipy's spsolve for each step: the baseline CHOLMOD is
-    measured against (bench/newton_solve.py) and a cross-check in the tests."""
-    constraints.use_frame(skull_transform, jaw_transform)
-    return newton_minimise(objective, constraints, SpsolveLinearSolver(), x0, tolerance=tolerance,
-                           max_iterations=max_iterations, force_scale=force_scale)

@@ -12,7 +12,7 @@ with Newton on CHOLMOD (newton.py). Writing a constant external force as the pot
 quasi-statically. Plasticity (fat) scales each tet's rest shape; stiffness and density maps
 scale μ, λ and the lumped masses; paralysis pulls activations toward the identity.
 
-Collisions (issue 5, contact.py, docs/collisions.md): given a collision scene, each time step
+Collisions (issue 5, contact_response.py, docs/collisions.md): given a collision scene, each time step
 alternates the solve with detection. Skin vertices found inside a collider get tangent planes
 n · (x_v − p) ≥ 0, enforced by an augmented Lagrangian term added to E (Newton path, default)
 or as linear inequalities for IPOPT (``contact_solver="ipopt"``), until nothing penetrates by
@@ -33,9 +33,9 @@ from ..geometry import triangle_normals_areas
 from .activation import apply_paralysis
 from .bones import bone_transforms
 from .constraints import BoneConstraints
-from .contact import (CONTACT_STIFFNESS_FACTOR, DEFAULT_CONTACT_MARGIN, DEFAULT_CONTACT_TOLERANCE,
-                      DEFAULT_MAX_CONTACT_ROUNDS, ContactResponse, SkinEmbedding, SkinOverBone,
-                      SlidingNodes)
+from .contact_response import (CONTACT_STIFFNESS_FACTOR, DEFAULT_CONTACT_MARGIN, DEFAULT_CONTACT_TOLERANCE,
+                               DEFAULT_MAX_CONTACT_ROUNDS, ContactResponse)
+from .skin_embedding import SkinEmbedding, SkinOverBone, SlidingNodes
 from .contact_region import DEFAULT_REGION_RINGS, ContactRegion
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .frame_objective import FrameObjective
@@ -99,8 +99,9 @@ class SimulationSettings:
     # jawOpen at weight 1 (largest change 1.0) ended 3.5 mm from where ramps of 2-20 frames end
     # (docs/physics.md, "Two equilibria"). None: every frame in one step.
     max_activation_change_per_load_step: Optional[float] = 0.2
-    # The volume floor (volume_floor.py): every tet squeezed below this share of its rest volume
-    # pays κ/2 (J₀ − J)², κ = volume_floor_stiffness · λ · V. The co-rotated energy resists
+    # The volume floor (volume_floor.py): every tet squeezed below this share J₀ of its rest volume
+    # pays κ φ(J), a penalty ½ (J₀ − J)² plus IPC's clamped log barrier, κ = volume_floor_stiffness
+    # · λ · V. The co-rotated energy resists
     # crushing only as λ (J − 1)², finite through J = 0: blends of fitted ICT shapes inverted
     # 1–3 tets in 3 of 40 random poses (docs/physics.md, "Energy"). 0: off.
     volume_floor: float = 0.2
@@ -137,11 +138,11 @@ class FrameResult:
     penetration_depth_max: float = 0.0  # m, deepest skin vertex inside a collider at the end (0: no scene)
     contacts: int = 0                   # contact planes pushing at the end of the frame
     collision_rounds: int = 0           # solve → detect rounds over the frame's substeps
-    anchored_vertices: int = 0          # penetrating skin vertices no plane can push (contact.MIN_CONTACT_DRIVE)
+    anchored_vertices: int = 0          # penetrating skin vertices no plane can push (contact_response.MIN_CONTACT_DRIVE)
     anchored_depth_max: float = 0.0     # m, how deep they were before the display projection moved them out
     projected_vertices: int = 0         # displayed-skin vertices the display projection moved out of a collider
-    projection_max: float = 0.0         # m, the largest such move (contact.ContactResponse.project_displayed)
-    bone_limited_vertices: int = 0      # vertices whose plane was held at contact.MAX_TISSUE_COMPRESSION
+    projection_max: float = 0.0         # m, the largest such move (contact_response.ContactResponse.project_displayed)
+    bone_limited_vertices: int = 0      # vertices whose plane was held at skin_embedding.MAX_TISSUE_COMPRESSION
     skull_transform: np.ndarray = field(default_factory=lambda: np.eye(4))   # bones' world transforms
     jaw_transform: np.ndarray = field(default_factory=lambda: np.eye(4))     # from rest, this frame
 
@@ -223,7 +224,7 @@ class FaceSimulator:
 
     ``collisions`` (optional): the collision scene, anything with ``detect(skin_positions,
     pose) -> ContactPlanes`` and ``measure(skin_positions, pose) -> (max_depth, count)``
-    (solver.collisions.scene.CollisionScene, or contact.ColliderSet of SDF colliders)."""
+    (solver.collisions.scene.CollisionScene, or collisions.collider_set.ColliderSet of SDF colliders)."""
 
     def __init__(self, model: dict, settings: SimulationSettings | None = None,
                  overrides: MaterialOverrides | None = None, collisions=None):
@@ -379,7 +380,7 @@ class FaceSimulator:
         self._previous_activation: Optional[np.ndarray] = None     # (M,3,3); None: neutral (S = I)
         self.frame_index = 0            # the frame the next step() solves (colliders move per frame)
         # What the last step's contact response added to the displayed skin: vertices moved out
-        # of the colliders (contact.ContactResponse.project_displayed), (V,3) m.
+        # of the colliders (contact_response.ContactResponse.project_displayed), (V,3) m.
         self.skin_correction = np.zeros((len(self.skin_embedding.weights), 3))
         if self.contact_response is not None:
             self.contact_response.forget_carried()
@@ -465,7 +466,7 @@ class FaceSimulator:
         return result
 
     def _solve_with_contacts(self, previous, skull, jaw_transform, pose, force_scale, budget=None, tolerance=None):
-        """One time step alternating solve and detection (contact.ContactResponse); detection
+        """One time step alternating solve and detection (contact_response.ContactResponse); detection
         starts from the previous positions moved onto this step's bone constraints. With a
         `tolerance` (a load step before the last) the solves (Newton or IPOPT) use it and the
         rounds stop at INTERMEDIATE_CONTACT_DEPTH (or the contact tolerance, if larger)."""

@@ -86,16 +86,16 @@ import cyipopt
 import numpy as np
 import scipy.sparse as sp
 
-from ..geometry import vertex_normals
-from ..physics.activation import NEUTRAL_ACTIVATION, symmetric_from_vector, vector_from_symmetric
-from ..physics.activation_derivatives import ActivationCoupling
-from ..physics.bones import bone_transforms
-from ..physics.constraints import BoneConstraints
-from ..physics.frame_objective import tissue_volume_floor
-from .equilibrium import JAW_DIFFERENCE_STEP, JAW_PARAMETER_COUNT
-from .fit import (JAW_SCALE, MILLIMETRE, MIN_ACTIVATION_EIGENVALUE, NEUTRAL_SHAPE_MOTION, ShapeFit, ShapeFitter,
+from solver.geometry import vertex_normals
+from solver.physics.activation import NEUTRAL_ACTIVATION, symmetric_from_vector, vector_from_symmetric
+from solver.physics.activation_derivatives import ActivationCoupling
+from solver.physics.bones import bone_transforms
+from solver.physics.constraints import BoneConstraints
+from solver.physics.frame_objective import tissue_volume_floor
+from solver.inverse.equilibrium import JAW_DIFFERENCE_STEP, JAW_PARAMETER_COUNT
+from solver.inverse.fit import (JAW_SCALE, MILLIMETRE, MIN_ACTIVATION_EIGENVALUE, NEUTRAL_SHAPE_MOTION, ShapeFit, ShapeFitter,
                   face_errors_mm)
-from .regularizers import ACTIVATION_METRIC, neutral_activations
+from solver.inverse.regularizers import ACTIVATION_METRIC, neutral_activations
 
 LENGTH_UNIT = MILLIMETRE            # ℓ: node displacements are unknowns in mm
 DAMPING_DECREASE, DAMPING_INCREASE = 3.0, 4.0

@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from ..geometry import vertex_normals
-from ..physics.activation import contraction_log_derivatives, vector_from_symmetric
-from .fit import JAW_SCALE, NEUTRAL_SHAPE_MOTION, ShapeFit, ShapeFitter, face_errors_mm
+from solver.geometry import vertex_normals
+from solver.physics.activation import contraction_log_derivatives, vector_from_symmetric
+from solver.inverse.fit import JAW_SCALE, NEUTRAL_SHAPE_MOTION, ShapeFit, ShapeFitter, face_errors_mm
 
 # The search stays within γ ∈ [1/4, 4]: beyond it a fibre contracts or stretches past anything a
 # facial muscle does, and the forward solve struggles.

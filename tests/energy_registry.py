@@ -16,11 +16,12 @@ from typing import Callable, Protocol
 import numpy as np
 import scipy.sparse
 
-from ..collisions.contacts import ContactPlanes
-from .contact import AugmentedLagrangianContact, SkinEmbedding
-from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
-from .simple_energies import STANDARD_GRAVITY, GravityEnergy, InertiaEnergy
-from .volume_floor import VolumeFloor
+from solver.collisions.contacts import ContactPlanes
+from solver.physics.contact import AugmentedLagrangianContact
+from solver.physics.skin_embedding import SkinEmbedding
+from solver.physics.corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
+from solver.physics.simple_energies import STANDARD_GRAVITY, GravityEnergy, InertiaEnergy
+from solver.physics.volume_floor import VolumeFloor
 
 
 class EnergyTerm(Protocol):
