@@ -628,7 +628,7 @@ def test_opening_the_estimated_jaw_inverts_no_tet(ict_model):
     """The passive ICT face with the jaw opened to 14° (the fitted jawOpen opens it 11–14°, with a
     few mm of translation) as an animation does, 2° a frame (the dev take moves it up to 2.3° a
     frame): no tet inverts, every one keeps over a tenth of its volume (the smallest 0.19). With
-    one estimated solid for both bones, 77 tets inverted here (docs/inverse-physics.md). In one
+    one estimated solid for both bones, 77 tets inverted here (docs/model-builder.md §2). In one
     frame from rest the jaw-held nodes' start inverts 394 tets, and the volume floor's barrier
     pushes them onto another equilibrium (smallest J 0.033; docs/performance.md, "Open")."""
     simulator = FaceSimulator(ict_model, SimulationSettings())

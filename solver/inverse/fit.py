@@ -68,7 +68,7 @@ STILL_MUSCLE_MOTION = NEUTRAL_SHAPE_MOTION
 # 3.6 mm away); after two it fits at 0.42 / 1.84 mm and replays within 0.001 mm. 3 %, not 1 %:
 # in two runs over the 53 ICT shapes, five rounds followed a mismatch of 1.7-2.6 %; four lowered
 # the stored f by 1.3-3 % (under 1.5 % of the RMS distance), one raised it; those timed took
-# 14-44 s (docs/inverse-physics.md, "Now: replay rounds and fewer failed factorisations").
+# 14-44 s (docs/inverse-physics.md, "Replay consistency").
 REPLAY_MISMATCH = 0.03
 REPLAY_ROUNDS = 2
 

@@ -29,7 +29,7 @@ skin 13 mm back where it moves 5 mm back and 8 mm out, and the fit traded those 
 chin with a jaw opened 5.6° for the key's 14° (error mean / 95th / max 0.86 / 4.70 / 13.4 mm).
 With both sliding: 12.2°, 0.67 / 2.98 / 10.9 mm; the floor then slid on the skull, which put
 jaw-pinned and skull-sliding nodes in one tet at its edge and inverted tets there when the jaw
-opened, so it became soft tissue instead (docs/inverse-physics.md).
+opened, so it became soft tissue instead (docs/model-builder.md §5).
 """
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ ALVEOLAR_REACH_MM = 20.0
 # estimated solid touch, and the opening jaw drives jaw-pinned tissue into skull-pinned tissue:
 # ICT's passive face opened 14° inverted 77 tets there. With 1.0 × the travel none at 14° and 14
 # at 20°; with 1.5 × none at 20°, but the skin lost bone it needs: ICT's jawOpen fitted 0.47 /
-# 2.02 mm (mean / 95th) instead of 0.30 / 0.95 mm (docs/inverse-physics.md).
+# 2.02 mm (mean / 95th) instead of 0.30 / 0.95 mm (docs/model-builder.md §2).
 JAW_CLEARANCE_MM = 5.0
 JAW_CLEARANCE_PER_TRAVEL = 1.0
 JAW_DESIGN_OPENING_DEG = 20.0
