@@ -28,6 +28,7 @@ rigid or deforming prop colliders → RESULT.npz and its .pc2).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import signal
 import sys
@@ -204,43 +205,31 @@ def _request_error(command: str, error) -> JobError:
     return JobError("job.json: " + error.shown_as(_request_label(command)))
 
 
-def _runner(run_request):
-    """A command's run: the request read with the job, run, its outputs named within the folder."""
+def _runner(module: str, name: str):
+    """A command's run: its request module imported when a job runs (not when one is only
+    validated), the request read with the job run, its outputs named within the folder."""
     def run(job: dict, messages: JobMessages) -> dict:
+        run_request = getattr(importlib.import_module(f".requests.{module}", __package__), name)
         summary = run_request(job["request"], messages)
         summary["outputs"] = {key: Path(path).name for key, path in summary["outputs"].items()}
         return summary
     return run
 
 
-def _run_build(job: dict, messages: JobMessages) -> dict:
-    from .requests.build import run_build
-    return _runner(run_build)(job, messages)
-
-
-def _run_fit(job: dict, messages: JobMessages) -> dict:
-    from .requests.fit import run_fit
-    return _runner(run_fit)(job, messages)
-
-
-def _run_animate(job: dict, messages: JobMessages) -> dict:
-    from .requests.animate import run_animate
-    return _runner(run_animate)(job, messages)
-
-
 _COMMANDS: Dict[str, dict] = {
     "build-model": {"inputs": ("rig",), "optional_inputs": (), "outputs": ("model",),
                     "settings": ("target_tets",), "request": _build_request, "labels": {"output": "outputs.model"},
-                    "run": _run_build},
+                    "run": _runner("build", "run_build")},
     "fit": {"inputs": ("model", "rig"), "optional_inputs": ("previous_fit",), "outputs": ("fit",),
             "settings": ("shapes", "jobs"), "request": _fit_request,
-            "labels": {"output": "outputs.fit", "processes": "settings.jobs"}, "run": _run_fit},
+            "labels": {"output": "outputs.fit", "processes": "settings.jobs"}, "run": _runner("fit", "run_fit")},
     "animate": {"inputs": ("model",), "optional_inputs": ("activations", "fit", "weights", "maps", "lip_vertices"),
                 "list_inputs": ("colliders",), "outputs": ("result",),
                 "settings": ("dynamic", "substeps", "gravity", "wind", "fat_scale", "diffusion_steps",
                              "diffusion_time_step_m2", "fat_softening", "detail", "skin_filter", "collisions",
                              "contact_solver", "teeth_padding_m"),
-                "request": _animate_request, "labels": {"output": "outputs.result"}, "run": _run_animate},
+                "request": _animate_request, "labels": {"output": "outputs.result"},
+                "run": _runner("animate", "run_animate")},
 }
 
 
