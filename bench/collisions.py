@@ -165,7 +165,7 @@ def main():
     parser.add_argument("--inbetweens", type=int, default=0,
                         help="the lip case: interpolated frames between consecutive scenario frames")
     parser.add_argument("--contact-region-rings", type=int, default=SimulationSettings.contact_region_rings,
-                        help="tet rings of the contact region relaxed before each round (0: off)")
+                        help="tet rings of the contact region relaxed before each Newton step (0: off)")
     parser.add_argument("--region-picture", type=Path,
                         help="the lip case: picture the largest contact-region relaxation of --region-frame here")
     parser.add_argument("--region-frame", type=int, default=4)
