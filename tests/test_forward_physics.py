@@ -24,7 +24,8 @@ from solver.physics.activation import bells_palsy_muscles, tet_activations
 from solver.physics.bones import rigid_transform
 from solver.physics.maps import material_maps
 from solver.physics.simple_energies import InertiaEnergy
-from solver.physics.simulator import FaceSimulator, MaterialOverrides, SimulationSettings
+from solver.physics.maps import MaterialMaps
+from solver.physics.simulator import FaceSimulator, SimulationSettings
 
 DEMO_TARGET_TETS = 10_000
 SMILE_MUSCLES = ("zygomaticus_major", "zygomaticus_minor", "levator_anguli_oris", "risorius")
@@ -227,7 +228,7 @@ def test_plastic_scale_grows_an_unconstrained_block_by_its_cube(scale):
     takes its new rest shape)."""
     nodes, tets = bcc_block((0.03, 0.02, 0.02), 0.005)
     model = block_model(nodes, tets)
-    overrides = MaterialOverrides(plastic_scale=np.full(len(tets), scale))
+    overrides = MaterialMaps(plastic_scale=np.full(len(tets), scale))
     simulator = FaceSimulator(model, SimulationSettings(), overrides)
     frame = simulator.step(identity_activations(model))
     assert frame.converged, frame.reason
@@ -249,11 +250,7 @@ def test_fat_on_the_ict_cheeks_grows_them_and_leaves_the_forehead(ict_model):
     skin = model["skin_vertices"]
     distance = np.min([np.linalg.norm(skin - c, axis=1) for c in centres], axis=0)
     cheek_paint = np.clip(1.0 - (distance / 0.02) ** 2, 0.0, 1.0) ** 2
-    maps = material_maps(model, fat=cheek_paint, fat_scale=1.3)
-    overrides = MaterialOverrides(plastic_scale=maps.plastic_scale, mu_multiplier=maps.mu_multiplier,
-                                  lambda_multiplier=maps.lambda_multiplier,
-                                  node_mass_multiplier=maps.node_mass_multiplier)
-    simulator = FaceSimulator(model, SimulationSettings(), overrides)
+    simulator = FaceSimulator(model, SimulationSettings(), material_maps(model, fat=cheek_paint, fat_scale=1.3))
     frame = simulator.step(identity_activations(model))
     assert frame.converged, frame.reason
 
@@ -279,7 +276,7 @@ def test_left_palsy_keeps_the_left_mouth_corner_still_in_a_smile(demo_model):
     (Before muscle tets became wholly active, as in Phace, the same smile moved the corners
     only 0.19 mm.)"""
     simulator = FaceSimulator(demo_model, SimulationSettings(),
-                              MaterialOverrides(paralysed_muscles=tuple(bells_palsy_muscles(demo_model, "L"))))
+                              MaterialMaps(paralysed_muscles=tuple(bells_palsy_muscles(demo_model, "L"))))
     neutral = simulator.step(identity_activations(demo_model))
     neutral_skin = simulator.skin_positions()
     smile = simulator.step(tet_activations(demo_model, smile_contraction(demo_model)))

@@ -26,8 +26,8 @@ from ..npz_files import write_npz_atomically
 from ..pc2 import Pc2Writer
 from .inputs import ActivationInput, MapsInput
 from .maps import (DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING,
-                   check_fat_softening, material_maps)
-from .simulator import FaceSimulator, MaterialOverrides, SimulationSettings
+                   MaterialMaps, check_fat_softening, material_maps)
+from .simulator import FaceSimulator, SimulationSettings
 from .skin_filter import SkinFilter
 
 
@@ -66,19 +66,16 @@ class AnimationResult:
 def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float,
                         diffusion_steps: int = DEFAULT_DIFFUSION_STEPS,
                         diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
-                        fat_softening: float = DEFAULT_FAT_SOFTENING) -> MaterialOverrides:
+                        fat_softening: float = DEFAULT_FAT_SOFTENING) -> MaterialMaps:
     """Painted per-vertex maps → per-tet plasticity, stiffness, mass and paralysis, each map
     diffused `diffusion_steps` times by `diffusion_time_step_m2` (maps.diffuse_skin_map)."""
     check_fat_softening(fat_softening)      # also without maps: a bad value fails whether or not a map is painted
     if maps is None:
-        return MaterialOverrides()
-    material = material_maps(model, fat=maps.fat, stiffness=maps.stiffness, density=maps.density,
-                             paralysis=maps.paralysis, fat_scale=fat_scale, steps=diffusion_steps,
-                             time_step=diffusion_time_step_m2, fat_softening=fat_softening)
-    return MaterialOverrides(plastic_scale=material.plastic_scale, mu_multiplier=material.mu_multiplier,
-                             lambda_multiplier=material.lambda_multiplier,
-                             node_mass_multiplier=material.node_mass_multiplier,
-                             paralysis=material.paralysis, paralysed_muscles=tuple(maps.paralysed_muscles))
+        return MaterialMaps()
+    return material_maps(model, fat=maps.fat, stiffness=maps.stiffness, density=maps.density,
+                         paralysis=maps.paralysis, fat_scale=fat_scale, steps=diffusion_steps,
+                         time_step=diffusion_time_step_m2, fat_softening=fat_softening,
+                         paralysed_muscles=maps.paralysed_muscles)
 
 
 def animate(model, activations: ActivationInput, result_path, settings: SimulationSettings,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -249,18 +249,20 @@ def density_multiplier(model, per_tet_density=None, plastic_scale=None) -> np.nd
 
 @dataclass(frozen=True)
 class MaterialMaps:
-    """Everything the painted maps change, ready for the energies."""
-    plastic_scale: np.ndarray           # (M,) s_i
-    mu_multiplier: np.ndarray           # (M,)
-    lambda_multiplier: np.ndarray       # (M,)
-    node_mass_multiplier: np.ndarray    # (N,) times model["node_mass"]
-    paralysis: np.ndarray               # (M,) p_i in [0, 1] for activation.apply_paralysis
+    """Everything the painted maps change, ready for the energies: what FaceSimulator takes
+    (None: unchanged)."""
+    plastic_scale: Optional[np.ndarray] = None          # (M,) s_i
+    mu_multiplier: Optional[np.ndarray] = None          # (M,)
+    lambda_multiplier: Optional[np.ndarray] = None      # (M,)
+    node_mass_multiplier: Optional[np.ndarray] = None   # (N,) times model["node_mass"]
+    paralysis: Optional[np.ndarray] = None              # (M,) p_i in [0, 1] for activation.apply_paralysis
+    paralysed_muscles: Tuple[str, ...] = ()             # muscles switched off by name
 
 
 def material_maps(model, fat=None, stiffness=None, density=None, paralysis=None, fat_scale: float = 1.0,
                   steps: int = DEFAULT_DIFFUSION_STEPS,
                   time_step: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
-                  fat_softening: float = DEFAULT_FAT_SOFTENING) -> MaterialMaps:
+                  fat_softening: float = DEFAULT_FAT_SOFTENING, paralysed_muscles=()) -> MaterialMaps:
     """Diffuse the given per-skin-vertex maps (any may be None) and turn them into material.
 
     Fat and paralysis diffuse toward 0, stiffness and density toward 1 (unpainted tissue is
@@ -285,6 +287,7 @@ def material_maps(model, fat=None, stiffness=None, density=None, paralysis=None,
         lambda_multiplier=lame.lam,
         node_mass_multiplier=density_multiplier(model, per_tet(density, 1.0), fat_effect.plastic_scale),
         paralysis=np.clip(per_tet(paralysis, 0.0), 0.0, 1.0),
+        paralysed_muscles=tuple(paralysed_muscles),
     )
 
 

@@ -35,12 +35,13 @@ from .bones import bone_transforms
 from .constraints import BoneConstraints
 from .contact_response import (CONTACT_STIFFNESS_FACTOR, DEFAULT_CONTACT_MARGIN, DEFAULT_CONTACT_TOLERANCE,
                                DEFAULT_MAX_CONTACT_ROUNDS, ContactResponse)
-from .skin_embedding import SkinEmbedding, SkinOverBone, SlidingNodes
 from .contact_region import DEFAULT_REGION_RINGS, ContactRegion
 from .corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from .frame_objective import FrameObjective
+from .maps import MaterialMaps
 from .newton import MAX_FORCING, NewtonSolver
 from .simple_energies import STANDARD_GRAVITY, GravityEnergy, InertiaEnergy
+from .skin_embedding import SkinEmbedding, SkinOverBone, SlidingNodes
 
 AIR_DENSITY = 1.2           # kg/m³
 WIND_DRAG_COEFFICIENT = 1.0
@@ -147,17 +148,6 @@ class FrameResult:
     jaw_transform: np.ndarray = field(default_factory=lambda: np.eye(4))     # from rest, this frame
 
 
-@dataclass
-class MaterialOverrides:
-    """Per-tet and per-node multipliers from painted maps (maps.material_maps gives these)."""
-    plastic_scale: Optional[np.ndarray] = None        # (M,)
-    mu_multiplier: Optional[np.ndarray] = None        # (M,)
-    lambda_multiplier: Optional[np.ndarray] = None    # (M,)
-    node_mass_multiplier: Optional[np.ndarray] = None  # (N,)
-    paralysis: Optional[np.ndarray] = None            # (M,) painted paralysis weight
-    paralysed_muscles: Sequence[str] = field(default_factory=tuple)
-
-
 def _interpolate_rigid(start: np.ndarray, end: np.ndarray, fraction: float) -> np.ndarray:
     """The rigid transform `fraction` of the way from `start` to `end` (4×4) along the screw
     motion between them: start · exp(fraction · log(start⁻¹ end)). A rotation about a pivot
@@ -227,10 +217,10 @@ class FaceSimulator:
     (solver.collisions.scene.CollisionScene, or collisions.collider_set.ColliderSet of SDF colliders)."""
 
     def __init__(self, model: dict, settings: SimulationSettings | None = None,
-                 overrides: MaterialOverrides | None = None, collisions=None):
+                 overrides: MaterialMaps | None = None, collisions=None):
         self.model = model
         self.settings = settings or SimulationSettings()
-        self.overrides = overrides or MaterialOverrides()
+        self.overrides = overrides or MaterialMaps()
         o, s = self.overrides, self.settings
         element_count, node_count = len(model["tets"]), len(model["rest_positions"])
         self.elasticity = CorotatedElasticity(model["rest_positions"], model["tets"], rest_scale=o.plastic_scale)
