@@ -8,7 +8,7 @@ mode (no window, farm bakes, tests) the same job runs to the end in the operator
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from . import fat_preview, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment, storage, workflow
+from . import fat_preview, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment, workflow
 from .job_runner import Job, current_job
 from .workflow import skin_object
 
@@ -130,34 +130,13 @@ class FACE_PHYSICS_OT_build(_SolverJobOperator, bpy.types.Operator):
 
     def start(self, context):
         obj = skin_object(context)
-        storage.model_path(obj)   # fails early, with the reason, when the .blend is unsaved
-        rig, findings = scene_export.export_rig(context, obj)
-        if workflow.report_findings(self, findings):
-            return None
-        job_dir = job_files.new_job_folder()
-        job_files.write_build_job(job_dir, rig, obj.face_physics.target_tets)
         self._object_name = obj.name
-        self._topology = scene_export.topology_signature(obj)
-        self._metres = scene_export.metres_per_unit(context, obj)[0]
-        return Job("build model", solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+        job, self._built_from = workflow.start_build_job(self, context, obj)
+        return job
 
     def apply(self, context, job):
         obj = bpy.data.objects[self._object_name]
-        destination = storage.model_path(obj)
-        job_files.install_file(job.job_dir / job_files.MODEL_FILE, destination)
-        settings = obj.face_physics
-        settings.model_path = storage.relative(destination)
-        settings.model_tets = int(job.result.get("tets", 0))
-        settings.model_nodes = int(job.result.get("nodes", 0))
-        settings.model_topology = self._topology
-        settings.metres_per_unit = self._metres
-        workflow.update_muscle_list(settings, job.result.get("muscles", []))
-        if settings.fit_path:
-            # The fit's activations index the old model's tets; the solver would refuse them.
-            settings.fit_path = ""
-            self.report({'INFO'}, "Face Physics: the earlier fit belonged to the previous model; fit the shape keys "
-                                  "again (Fit panel)")
-        workflow.refresh_fit_list(obj)
+        workflow.apply_build(self, obj, job, self._built_from)
         if muscle_overlay.find_overlay(obj) is not None:
             muscle_overlay.create_overlay(obj)
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'model built')}")

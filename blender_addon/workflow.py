@@ -26,6 +26,39 @@ def report_findings(operator, findings: List[Finding]) -> bool:
     return any(finding.severity == ERROR for finding in findings)
 
 
+def start_build_job(operator, context, obj):
+    """Export the rig and start the model build; returns (job or None when a finding stopped
+    it, what `apply_build` needs of the mesh as it was exported: topology and scene scale)."""
+    storage.model_path(obj)   # fails early, with the reason, when the .blend is unsaved
+    rig, findings = scene_export.export_rig(context, obj)
+    if report_findings(operator, findings):
+        return None, None
+    job_dir = job_files.new_job_folder()
+    job_files.write_build_job(job_dir, rig, obj.face_physics.target_tets)
+    built_from = (scene_export.topology_signature(obj), scene_export.metres_per_unit(context, obj)[0])
+    return (Job("build model", solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir),
+            built_from)
+
+
+def apply_build(operator, obj, job, built_from) -> None:
+    """Put a succeeded build's MODEL.npz beside the .blend and point the object at it: model
+    size, topology and scale, the muscle list; an earlier fit belonged to the old model and is
+    dropped (its activations index the old tets; the solver would refuse them)."""
+    destination = storage.model_path(obj)
+    job_files.install_file(job.job_dir / job_files.MODEL_FILE, destination)
+    settings = obj.face_physics
+    settings.model_path = storage.relative(destination)
+    settings.model_tets = int(job.result.get("tets", 0))
+    settings.model_nodes = int(job.result.get("nodes", 0))
+    settings.model_topology, settings.metres_per_unit = built_from
+    update_muscle_list(settings, job.result.get("muscles", []))
+    if settings.fit_path:
+        settings.fit_path = ""
+        operator.report({'INFO'}, "Face Physics: the earlier fit belonged to the previous model; fit the shape keys "
+                                  "again (Fit panel)")
+    refresh_fit_list(obj)
+
+
 def update_muscle_list(settings, names) -> None:
     """The model's muscles, keeping each surviving muscle's contraction and paralysis."""
     previous = {muscle.name: (muscle.contraction, muscle.paralysed) for muscle in settings.muscles}
