@@ -167,18 +167,21 @@ def export_rig(context, obj) -> Tuple[Dict[str, np.ndarray], List[Finding]]:
 
 
 def export_maps(obj) -> Optional[Dict[str, np.ndarray]]:
-    """MAPS.npz arrays from the painted vertex groups and paralysis checkboxes, or None."""
+    """MAPS.npz arrays from the painted vertex groups (raw weights, with the stiffness and density
+    ranges) and paralysis checkboxes, or None."""
     settings = obj.face_physics
     maps = {}
     for key, group in (("fat", settings.fat_group), ("paralysis", settings.paralysis_group)):
         weights = vertex_group_weights(obj, group)
         if weights is not None:
             maps[key] = weights
-    for key, group, (low, high) in (("stiffness", settings.stiffness_group, settings.stiffness_range),
+    # Raw weights and the panel's multipliers at weight 0 and 1: the solver makes them material.
+    for key, group, value_range in (("stiffness", settings.stiffness_group, settings.stiffness_range),
                                     ("density", settings.density_group, settings.density_range)):
         weights = vertex_group_weights(obj, group)
         if weights is not None:
-            maps[key] = low + weights * (high - low)
+            maps[key] = weights
+            maps[f"{key}_range"] = np.array(tuple(value_range), dtype=np.float64)
     paralysed = [muscle.name for muscle in settings.muscles if muscle.paralysed]
     if paralysed:
         maps["paralysed_muscles"] = np.array(paralysed, dtype=str)

@@ -391,6 +391,20 @@ def test_material_maps_from_painted_skin(model):
     assert material.paralysis[model["skin_embedding_tet"]].mean() > 0.4
 
 
+def test_painted_weights_become_multipliers_in_the_solver_only(model):
+    """MAPS.npz carries painted weights and the multipliers at weight 0 and 1; the solver turns
+    them into material in one place (maps.painted_multiplier), as the add-on's ranges mean."""
+    from solver.physics.animate import overrides_from_maps
+    patch, _ = _cheek_patch(model)
+    painted = MapsInput(stiffness=patch, stiffness_range=(0.5, 3.0), density=patch, density_range=(1.0, 2.0))
+    material = overrides_from_maps(model, painted, fat_scale=1.0)
+    expected = maps.material_maps(model, stiffness=0.5 + 2.5 * patch, density=1.0 + patch)
+    np.testing.assert_allclose(material.lambda_multiplier, expected.lambda_multiplier, rtol=1e-12)
+    np.testing.assert_allclose(material.node_mass_multiplier, expected.node_mass_multiplier, rtol=1e-12)
+    assert maps.painted_multiplier(None, (1.0, 2.0)) is None
+    np.testing.assert_array_equal(maps.painted_multiplier(np.array([0.0, 0.5, 1.0]), (2.0, 1.0)), [2.0, 1.5, 1.0])
+
+
 def test_zombie_preset_spans_the_papers_ranges(model):
     zombie = maps.zombie_maps(model)
     assert zombie.stiffness.min() == pytest.approx(0.7) and zombie.stiffness.max() == pytest.approx(5.7)
@@ -546,13 +560,14 @@ def test_unreadable_activation_files_name_the_file(model, tmp_path):
 def test_maps_file_round_trips(model, tmp_path):
     skin_count = len(model["skin_vertices"])
     patch, _ = _cheek_patch(model)
-    written = MapsInput(fat=patch, stiffness=np.full(skin_count, 2.0), paralysis=0.5 * patch,
-                        paralysed_muscles=("frontalis_L", "zygomaticus_major_L"))
+    written = MapsInput(fat=patch, stiffness=np.full(skin_count, 0.5), paralysis=0.5 * patch,
+                        stiffness_range=(1.0, 3.0), paralysed_muscles=("frontalis_L", "zygomaticus_major_L"))
     save_maps(tmp_path / "MAPS.npz", written)
     loaded = load_maps(tmp_path / "MAPS.npz", model)
     np.testing.assert_array_equal(loaded.fat, patch)
-    np.testing.assert_array_equal(loaded.stiffness, 2.0)
-    assert loaded.density is None
+    np.testing.assert_array_equal(loaded.stiffness, 0.5)
+    assert loaded.stiffness_range == (1.0, 3.0)
+    assert loaded.density is None and loaded.density_range is None
     assert loaded.paralysed_muscles == ("frontalis_L", "zygomaticus_major_L")
 
     np.savez(tmp_path / "one_name.npz", paralysed_muscles=np.array("mentalis_R"))
@@ -571,9 +586,13 @@ def test_every_bad_maps_file_names_its_key(model, tmp_path):
         "fat negative": ("fat", {"fat": -0.1 * ones}),
         "fat wrong length": ("fat", {"fat": ones[:-1]}),
         "fat per tet": ("fat", {"fat": np.ones((skin_count, 1))}),
-        "stiffness zero": ("stiffness", {"stiffness": 0.0 * ones}),
-        "density negative": ("density", {"density": -ones}),
-        "density NaN": ("density", {"density": with_nan}),
+        "stiffness above 1": ("stiffness", {"stiffness": 2.0 * ones, "stiffness_range": np.array([1.0, 2.0])}),
+        "stiffness without its range": ("stiffness_range", {"stiffness": 0.5 * ones}),
+        "a range without its map": ("density_range", {"density_range": np.array([1.0, 2.0])}),
+        "stiffness range of three": ("stiffness_range", {"stiffness": ones, "stiffness_range": np.ones(3)}),
+        "stiffness range zero": ("stiffness_range", {"stiffness": ones, "stiffness_range": np.array([0.0, 2.0])}),
+        "density negative": ("density", {"density": -ones, "density_range": np.array([1.0, 2.0])}),
+        "density NaN": ("density", {"density": with_nan, "density_range": np.array([1.0, 2.0])}),
         "paralysis above 1": ("paralysis", {"paralysis": 2.0 * ones}),
         "unknown paralysed muscle": ("paralysed_muscles", {"paralysed_muscles": np.array(["frontalis_L", "chin_L"])}),
         "numeric paralysed muscles": ("paralysed_muscles", {"paralysed_muscles": np.array([3])}),

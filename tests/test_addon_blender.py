@@ -546,17 +546,25 @@ def test_muscle_overlay_toggles_a_coloured_child_object(scene):
 def test_paint_map_creates_the_group_and_enters_weight_paint(scene):
     obj = scene["object"]
     settings = obj.face_physics
-    previous = settings.stiffness_group
+    previous, previous_range = settings.stiffness_group, tuple(settings.stiffness_range)
     try:
         assert bpy.ops.face_physics.paint_map(field='stiffness_group', create=True) == {'FINISHED'}
         assert settings.stiffness_group == "FacePhysics_stiffness"
         assert obj.vertex_groups.active.name == "FacePhysics_stiffness" and obj.mode == 'WEIGHT_PAINT'
+        bpy.ops.object.mode_set(mode='OBJECT')
+        obj.vertex_groups.active.add([0, 1], 0.25, 'REPLACE')
+        settings.stiffness_range = (0.5, 4.0)
+        # The raw weights and the panel's range travel; the solver makes them material.
+        from blender_addon import scene_export
+        maps = scene_export.export_maps(obj)
+        assert maps["stiffness"][:2].tolist() == [0.25, 0.25] and maps["stiffness"][2:].max() == 0.0
+        assert maps["stiffness_range"].tolist() == [0.5, 4.0]
     finally:
         bpy.ops.object.mode_set(mode='OBJECT')
         group = obj.vertex_groups.get("FacePhysics_stiffness")
         if group is not None:
             obj.vertex_groups.remove(group)
-        settings.stiffness_group = previous
+        settings.stiffness_group, settings.stiffness_range = previous, previous_range
 
 
 def test_check_reports_non_arkit_names_and_the_mapping_list_fixes_them(scene):

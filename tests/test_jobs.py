@@ -707,7 +707,8 @@ def test_the_command_line_and_a_job_folder_run_the_same_animate_request(tmp_path
     layer["muscle_contraction"][:, names.index("zygomaticus_major_R")] = 0.9
     skin_count = job_files.read_model_summary(small_model)["skin_vertices"]
     rng = np.random.default_rng(3)
-    maps = {"fat": _cheek_fat(small_model), "stiffness": rng.uniform(0.8, 1.5, skin_count),
+    maps = {"fat": _cheek_fat(small_model), "stiffness": rng.uniform(0.0, 1.0, skin_count),
+            "stiffness_range": np.array([0.8, 1.5]),
             "paralysis": _cheek_fat(small_model, radius=0.03), "paralysed_muscles": np.array(["zygomaticus_major_L"])}
     settings = {"fat_scale": 1.2, "fat_softening": 0.5, "diffusion_steps": 5, "collisions": ["teeth", "lips"],
                 "teeth_padding_m": 0.0015}

@@ -26,7 +26,8 @@ from ..npz_files import write_npz_atomically
 from ..pc2 import Pc2Writer
 from .inputs import ActivationInput, MapsInput
 from .maps import (DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING,
-                   MaterialMaps, check_fat_softening, material_maps)
+                   MaterialMaps, check_fat_softening, material_maps,
+                   painted_multiplier)
 from .simulator import FaceSimulator, SimulationSettings
 from .skin_filter import SkinFilter
 
@@ -72,7 +73,8 @@ def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float,
     check_fat_softening(fat_softening)      # also without maps: a bad value fails whether or not a map is painted
     if maps is None:
         return MaterialMaps()
-    return material_maps(model, fat=maps.fat, stiffness=maps.stiffness, density=maps.density,
+    return material_maps(model, fat=maps.fat, stiffness=painted_multiplier(maps.stiffness, maps.stiffness_range),
+                         density=painted_multiplier(maps.density, maps.density_range),
                          paralysis=maps.paralysis, fat_scale=fat_scale, steps=diffusion_steps,
                          time_step=diffusion_time_step_m2, fat_softening=fat_softening,
                          paralysed_muscles=maps.paralysed_muscles)

@@ -18,11 +18,15 @@ ACTIVATIONS.npz, T frames:
                               default identity
   fps ()                      optional frame rate, default 24
 
-MAPS.npz, every key optional; per-rig-vertex arrays have the model's skin vertex count V:
-  fat (V,)                    in [0, 1]: where fat grows or shrinks with the fat scale
-  stiffness (V,)              > 0: multiplier of μ and λ (1 = unchanged)
-  density (V,)                > 0: multiplier of the tissue density (1 = 1000 kg/m³)
-  paralysis (V,)              in [0, 1]: share of the activation lost (1 = passive)
+MAPS.npz, every key optional; per-rig-vertex arrays have the model's skin vertex count V and
+hold painted weights in [0, 1], which the solver alone turns into material (maps.py):
+  fat (V,)                    where fat grows or shrinks with the fat scale
+  stiffness (V,)              where the tissue is stiffer or softer; needs stiffness_range
+  stiffness_range (2,)        multipliers of μ and λ at weight 0 and 1, each in [0.01, 100]
+                              (1 = unchanged): low + w (high − low)
+  density (V,)                where the tissue is heavier or lighter; needs density_range
+  density_range (2,)          multipliers of the density (1 = 1000 kg/m³) at weight 0 and 1
+  paralysis (V,)              share of the activation lost (1 = passive)
   paralysed_muscles () or (k,) str   model muscle names that cannot activate
 """
 from __future__ import annotations
@@ -40,7 +44,10 @@ from .activation import active_tet_indices, tet_activations, tet_activations_fro
 DEFAULT_FPS = 24.0
 ACTIVATION_KEYS = ("muscle_contraction", "muscle_names", "activations", "jaw", "head_transforms", "fps")
 MAP_ARRAY_KEYS = ("fat", "stiffness", "density", "paralysis")
-MAP_KEYS = MAP_ARRAY_KEYS + ("paralysed_muscles",)
+# The multipliers of μ and λ (stiffness) and of the density at painted weight 0 and 1.
+MAP_RANGE_KEYS = {"stiffness": "stiffness_range", "density": "density_range"}
+MAP_MULTIPLIER_LIMITS = (0.01, 100.0)
+MAP_KEYS = MAP_ARRAY_KEYS + tuple(MAP_RANGE_KEYS.values()) + ("paralysed_muscles",)
 JAW_PARAMETERS = 5
 RIGID_TOLERANCE = 1e-6
 
@@ -74,11 +81,15 @@ class ActivationInput:
 
 @dataclass(frozen=True)
 class MapsInput:
-    """The validated content of MAPS.npz: per-skin-vertex maps (None where absent)."""
+    """The validated content of MAPS.npz: painted per-skin-vertex weights in [0, 1] (None where
+    absent), the stiffness and density multipliers at weight 0 and 1, and muscles paralysed by
+    name. Weights become materials in the solver only (animate.overrides_from_maps)."""
     fat: Optional[np.ndarray] = None
     stiffness: Optional[np.ndarray] = None
     density: Optional[np.ndarray] = None
     paralysis: Optional[np.ndarray] = None
+    stiffness_range: Optional[Tuple[float, float]] = None
+    density_range: Optional[Tuple[float, float]] = None
     paralysed_muscles: Tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -246,23 +257,33 @@ def load_activations(path, model) -> ActivationInput:
 
 
 def load_maps(path, model) -> MapsInput:
-    """Read and validate MAPS.npz for `model`."""
+    """Read and validate MAPS.npz for `model`: every painted map one weight in [0, 1] per skin
+    vertex; a stiffness or density map with its (2,) range of multipliers."""
     arrays = read_npz(path, MAP_KEYS, "MAPS")
     vertex_count = len(model["skin_vertices"])
-    ranges = {"fat": (0.0, 1.0, True), "stiffness": (0.0, np.inf, False),
-              "density": (0.0, np.inf, False), "paralysis": (0.0, 1.0, True)}
     maps = {}
     for key in MAP_ARRAY_KEYS:
         if key not in arrays:
             continue
-        low, high, low_included = ranges[key]
         values = numeric_array(arrays, key, (vertex_count,),
-                          f"Give one value per rig vertex: the model has {vertex_count} skin vertices.")
-        below = values < low if low_included else values <= low
-        if np.any(below) or np.any(values > high):
-            allowed = f"[{low:g}, {high:g}]" if np.isfinite(high) else f"> {low:g}"
-            raise AnimationInputError(f"{key}: values must be {allowed}, found {values.min():g} … {values.max():g}.")
+                               f"Give one painted weight per rig vertex: the model has {vertex_count} skin vertices.")
+        if np.any(values < 0.0) or np.any(values > 1.0):
+            raise AnimationInputError(f"{key}: painted weights must be in [0, 1], found {values.min():g} … "
+                                      f"{values.max():g}.")
         maps[key] = values
+    low, high = MAP_MULTIPLIER_LIMITS
+    for key, range_key in MAP_RANGE_KEYS.items():
+        if (key in arrays) != (range_key in arrays):
+            raise AnimationInputError(
+                f"{range_key}: give it with {key} and only then — the {key} multipliers at painted weight 0 "
+                f"and 1, e.g. np.array([1.0, 3.0])." if key in arrays else
+                f"{range_key}: given without a {key} map; add the painted {key} weights or remove it.")
+        if range_key in arrays:
+            values = numeric_array(arrays, range_key, (2,), "Give two multipliers: at painted weight 0 and at 1.")
+            if np.any(values < low) or np.any(values > high):
+                raise AnimationInputError(f"{range_key}: multipliers must be in [{low:g}, {high:g}], found "
+                                          f"{values[0]:g}, {values[1]:g}.")
+            maps[range_key] = (float(values[0]), float(values[1]))
     paralysed = ()
     if "paralysed_muscles" in arrays:
         paralysed = tuple(_names(arrays, "paralysed_muscles", allow_scalar=True))
@@ -286,7 +307,7 @@ def save_activations(path, activation_input: ActivationInput) -> None:
 def save_maps(path, maps_input: MapsInput) -> None:
     """Write MAPS.npz atomically (for tests and tools; `load_maps` validates)."""
     arrays = {key: np.asarray(getattr(maps_input, key), dtype=np.float64)
-              for key in MAP_ARRAY_KEYS if getattr(maps_input, key) is not None}
+              for key in MAP_ARRAY_KEYS + tuple(MAP_RANGE_KEYS.values()) if getattr(maps_input, key) is not None}
     if maps_input.paralysed_muscles:
         arrays["paralysed_muscles"] = np.asarray(maps_input.paralysed_muscles, dtype=str)
     write_npz_atomically(path, arrays)

@@ -247,6 +247,16 @@ def density_multiplier(model, per_tet_density=None, plastic_scale=None) -> np.nd
     return scaled / plain
 
 
+def painted_multiplier(weights, value_range) -> Optional[np.ndarray]:
+    """A painted weight map in [0, 1] as multipliers: low + w (high − low), `value_range` = (low,
+    high) the multipliers at weight 0 and 1 (None without a map). Where the painted stiffness
+    and density become material — the one place, for every front door."""
+    if weights is None:
+        return None
+    low, high = value_range
+    return low + np.asarray(weights, dtype=np.float64) * (high - low)
+
+
 @dataclass(frozen=True)
 class MaterialMaps:
     """Everything the painted maps change, ready for the energies: what FaceSimulator takes
