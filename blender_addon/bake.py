@@ -18,6 +18,7 @@ import numpy as np
 from . import pc2_cache
 from .storage import BAKE_ACTION_PREFIX, BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME, cache_path, relative
 
+
 def _fcurve_collections(key):
     """The F-curve collections of the shape-key datablock's action (legacy and 4.4+ layered)."""
     animation = key.animation_data

@@ -15,7 +15,6 @@ from .workflow import skin_object
 LEFT, RIGHT = "_L", "_R"
 
 
-
 def _solver_poll(cls, context) -> bool:
     if skin_object(context) is None:
         cls.poll_message_set("Select the skin: a mesh object")
@@ -142,7 +141,6 @@ class FACE_PHYSICS_OT_build(_SolverJobOperator, bpy.types.Operator):
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'model built')}")
 
 
-
 class FACE_PHYSICS_OT_bake(_SolverJobOperator, bpy.types.Operator):
     """Simulate the frame range and bake it to the chosen target"""
     bl_idname = "face_physics.bake"
@@ -246,7 +244,6 @@ class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
 
     def apply(self, context, job):
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'solver installed')}")
-
 
 
 class FACE_PHYSICS_OT_fit(_SolverJobOperator, bpy.types.Operator):

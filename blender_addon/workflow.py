@@ -110,29 +110,27 @@ def refresh_fit_list(obj) -> None:
     settings.fit_index = min(settings.fit_index, max(len(settings.fit_shapes) - 1, 0))
 
 
-def fit_preflight(context, obj) -> List[Finding]:
-    settings = obj.face_physics
-    if not settings.model_path or not os.path.isfile(model_file(obj)):
+def _fit_preflight(context, obj) -> List[Finding]:
+    """The model exists and still belongs to this mesh (what a fit needs)."""
+    if not _has_model_file(obj):
         return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
-    return preflight.check_topology(scene_export.topology_signature(obj), settings.model_topology)
+    return preflight.check_topology(scene_export.topology_signature(obj), obj.face_physics.model_topology)
 
 
-def has_model_file(obj) -> bool:
+def _has_model_file(obj) -> bool:
     return bool(obj.face_physics.model_path) and os.path.isfile(model_file(obj))
 
 
-def model_preflight(context, obj) -> List[Finding]:
+def _model_preflight(context, obj) -> List[Finding]:
     """The model exists and still belongs to this mesh at this scale (what every simulation needs)."""
-    if not has_model_file(obj):
-        return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
-    return (preflight.check_topology(scene_export.topology_signature(obj), obj.face_physics.model_topology)
-            + scene_export.metres_per_unit(context, obj)[1])
+    findings = _fit_preflight(context, obj)
+    return findings + scene_export.metres_per_unit(context, obj)[1] if _has_model_file(obj) else findings
 
 
 def bake_preflight(context, obj) -> List[Finding]:
     settings = obj.face_physics
-    findings = model_preflight(context, obj)
-    if not has_model_file(obj):
+    findings = _model_preflight(context, obj)
+    if not _has_model_file(obj):
         return findings
     if settings.bake_target == 'PC2':
         findings += scene_export.cache_preflight(obj)
@@ -201,7 +199,7 @@ def start_fat_preview_job(operator, context, obj):
     """Start one quasi-static frame of the neutral face with the painted maps and the Fat panel's
     settings (no animation, collisions, gravity or wind); the operator shows it on the preview
     object once the solver succeeded."""
-    if report_findings(operator, model_preflight(context, obj)):
+    if report_findings(operator, _model_preflight(context, obj)):
         return None
     muscles = [muscle.name for muscle in obj.face_physics.muscles]
     neutral = {"muscle_contraction": np.ones((1, len(muscles))), "muscle_names": np.array(muscles, dtype=str),
@@ -237,7 +235,7 @@ def start_fit_job(operator, context, obj, scope: str, shapes_text: str = "", pro
     `processes` defaults to the panel's Processes. Nothing in the scene changes here: `apply_fit`
     applies the fit only when the job succeeded."""
     storage.fit_path(obj)   # fails early, with the reason, when the .blend is unsaved
-    if report_findings(operator, fit_preflight(context, obj)):
+    if report_findings(operator, _fit_preflight(context, obj)):
         return None
     rig, findings = scene_export.export_rig(context, obj)
     if report_findings(operator, findings):

@@ -47,7 +47,8 @@ MAP_ARRAY_KEYS = ("fat", "stiffness", "density", "paralysis")
 # The multipliers of μ and λ (stiffness) and of the density at painted weight 0 and 1.
 MAP_RANGE_KEYS = {"stiffness": "stiffness_range", "density": "density_range"}
 MAP_MULTIPLIER_LIMITS = (0.01, 100.0)
-MAP_KEYS = MAP_ARRAY_KEYS + tuple(MAP_RANGE_KEYS.values()) + ("paralysed_muscles",)
+MAP_NUMBER_KEYS = MAP_ARRAY_KEYS + tuple(MAP_RANGE_KEYS.values())
+MAP_KEYS = MAP_NUMBER_KEYS + ("paralysed_muscles",)
 JAW_PARAMETERS = 5
 RIGID_TOLERANCE = 1e-6
 
@@ -307,7 +308,7 @@ def save_activations(path, activation_input: ActivationInput) -> None:
 def save_maps(path, maps_input: MapsInput) -> None:
     """Write MAPS.npz atomically (for tests and tools; `load_maps` validates)."""
     arrays = {key: np.asarray(getattr(maps_input, key), dtype=np.float64)
-              for key in MAP_ARRAY_KEYS + tuple(MAP_RANGE_KEYS.values()) if getattr(maps_input, key) is not None}
+              for key in MAP_NUMBER_KEYS if getattr(maps_input, key) is not None}
     if maps_input.paralysed_muscles:
         arrays["paralysed_muscles"] = np.asarray(maps_input.paralysed_muscles, dtype=str)
     write_npz_atomically(path, arrays)

@@ -102,9 +102,9 @@ class SimulationSettings:
     max_activation_change_per_load_step: Optional[float] = 0.2
     # The volume floor (volume_floor.py): every tet squeezed below this share J₀ of its rest volume
     # pays κ φ(J), a penalty ½ (J₀ − J)² plus IPC's clamped log barrier, κ = volume_floor_stiffness
-    # · λ · V. The co-rotated energy resists
-    # crushing only as λ (J − 1)², finite through J = 0: blends of fitted ICT shapes inverted
-    # 1–3 tets in 3 of 40 random poses (docs/physics.md, "Energy"). 0: off.
+    # · λ · V. The co-rotated energy resists crushing only as λ (J − 1)², finite through J = 0:
+    # blends of fitted ICT shapes inverted 1–3 tets in 3 of 40 random poses (docs/physics.md,
+    # "Energy"). 0: off.
     volume_floor: float = 0.2
     volume_floor_stiffness: float = 50.0
 
