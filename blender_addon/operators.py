@@ -8,11 +8,11 @@ mode (no window, farm bakes, tests) the same job runs to the end in the operator
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from . import fat_preview, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment, workflow
+from . import (fat_preview, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment,
+               solver_numbers, workflow)
 from .job_runner import Job, current_job
 from .workflow import skin_object
 
-LEFT, RIGHT = "_L", "_R"
 
 
 def _solver_poll(cls, context) -> bool:
@@ -322,14 +322,14 @@ class FACE_PHYSICS_OT_palsy_preset(bpy.types.Operator):
         return True
 
     def execute(self, context):
-        suffix = {'LEFT': LEFT, 'RIGHT': RIGHT, 'NONE': None}[self.side]
+        suffix = solver_numbers.PALSY_SUFFIXES.get(self.side)
         for muscle in skin_object(context).face_physics.muscles:
             muscle.paralysed = suffix is not None and muscle.name.endswith(suffix)
         return {'FINISHED'}
 
 
 class FACE_PHYSICS_OT_zombie_preset(bpy.types.Operator):
-    """Zombie (Phace Fig. 13): stiffness ×0.7–5.7 and density ×1–3 over the painted maps"""
+    """Zombie (Phace Fig. 13): the paper's stiffness and density ranges over the painted maps"""
     bl_idname = "face_physics.zombie_preset"
     bl_label = "Zombie"
     bl_options = {'REGISTER', 'UNDO'}
@@ -340,8 +340,8 @@ class FACE_PHYSICS_OT_zombie_preset(bpy.types.Operator):
 
     def execute(self, context):
         settings = skin_object(context).face_physics
-        settings.stiffness_range = (0.7, 5.7)
-        settings.density_range = (1.0, 3.0)
+        settings.stiffness_range = solver_numbers.ZOMBIE_STIFFNESS_RANGE
+        settings.density_range = solver_numbers.ZOMBIE_DENSITY_RANGE
         if not settings.stiffness_group or not settings.density_group:
             self.report({'INFO'}, "Zombie ranges set; paint the stiffness map (lips, eyes high) and the density "
                                   "map (cheeks high) to place them")

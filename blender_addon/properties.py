@@ -5,10 +5,10 @@ import bpy
 from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, FloatVectorProperty,
                        IntProperty, PointerProperty, StringProperty)
 
-# The solver's defaults (solver/physics/maps.py); repeated here because the add-on cannot import it.
-DEFAULT_DIFFUSION_STEPS = 10
-DEFAULT_DIFFUSION_TIME_STEP_M2 = 3e-6
-DEFAULT_FAT_SOFTENING = 1.0
+from . import solver_numbers
+from .solver_numbers import default, limits
+
+MULTIPLIER_LOW, MULTIPLIER_HIGH = solver_numbers.PAINTED_MULTIPLIER_LIMITS
 
 
 def _is_mesh(self, obj):
@@ -18,7 +18,8 @@ def _is_mesh(self, obj):
 class FACE_PHYSICS_PG_muscle(bpy.types.PropertyGroup):
     # `name` (built in) is the atlas muscle name, e.g. zygomaticus_major_L.
     contraction: FloatProperty(
-        name="Contraction", default=1.0, min=0.05, soft_min=0.5, soft_max=2.5, options={'ANIMATABLE'},
+        name="Contraction", default=1.0, min=solver_numbers.MUSCLE_CONTRACTION_LIMITS[0],
+        max=solver_numbers.MUSCLE_CONTRACTION_LIMITS[1], soft_max=2.5, options={'ANIMATABLE'},
         description="Contraction γ along the fibre sent to the solver for preview and bake "
                     "(1 = rest, above 1 contracts). Animatable")
     paralysed: BoolProperty(name="Paralysed", description="This muscle cannot activate")
@@ -90,28 +91,32 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     paralysis_group: StringProperty(name="Paralysis map", description="Vertex group: 1 = fully paralysed")
     # Fat
     fat_group: StringProperty(name="Fat map", description="Vertex group: where fat grows (1) or stays (0)")
-    fat_scale: FloatProperty(name="Slim ↔ Fat", default=1.0, min=0.5, max=1.5,
+    fat_scale: FloatProperty(name="Slim ↔ Fat", default=default("fat_scale"), min=limits("fat_scale")[0],
+                             max=limits("fat_scale")[1],
                              description="Local growth where the fat map is 1 (1 = unchanged)")
     fat_softening: FloatProperty(
-        name="Stiffness reduction", default=DEFAULT_FAT_SOFTENING, min=0.0, max=1.0, subtype='FACTOR',
+        name="Stiffness reduction", default=default("fat_softening"), min=limits("fat_softening")[0],
+        max=limits("fat_softening")[1], subtype='FACTOR',
         description="How much grown fat softens the tissue: 1 = Phace's levels (stiffness ×0.8, ×0.5, ×0.3 at "
                     "10, 20, 30 % growth), 0 = fat grows but stays as stiff as the tissue was. Slimming never "
                     "softens")
-    diffusion_steps: IntProperty(name="Diffusion steps", default=DEFAULT_DIFFUSION_STEPS, min=0, max=1000,
+    diffusion_steps: IntProperty(name="Diffusion steps", default=default("diffusion_steps"),
+                                 min=limits("diffusion_steps")[0], max=limits("diffusion_steps")[1],
                                  description="How many diffusion steps carry the painted maps from the skin into "
                                              "the tissue under it (0 = only the tets the skin lies in)")
-    diffusion_time_step: FloatProperty(name="Time step (m²)", default=DEFAULT_DIFFUSION_TIME_STEP_M2, min=1e-9,
-                                       max=1e-3, precision=7,
+    diffusion_time_step: FloatProperty(name="Time step (m²)", default=default("diffusion_time_step_m2"),
+                                       min=limits("diffusion_time_step_m2")[0],
+                                       max=limits("diffusion_time_step_m2")[1], precision=7,
                                        description="Diffusion time of each step, a squared length: steps × time "
                                                    "step = t spreads a painted point by about √(2t) (the defaults: "
                                                    "7.7 mm)")
     # Stiffness & mass
     stiffness_group: StringProperty(name="Stiffness map")
-    stiffness_range: FloatVectorProperty(name="Stiffness ×", size=2, default=(1.0, 1.0), min=0.01, max=100.0,
-                                         description="Multiplier where the map is 0 and where it is 1")
+    stiffness_range: FloatVectorProperty(name="Stiffness ×", size=2, default=(1.0, 1.0),
+                                         min=MULTIPLIER_LOW, max=MULTIPLIER_HIGH, description="Multiplier where the map is 0 and where it is 1")
     density_group: StringProperty(name="Density map")
-    density_range: FloatVectorProperty(name="Density ×", size=2, default=(1.0, 1.0), min=0.01, max=100.0,
-                                       description="Multiplier where the map is 0 and where it is 1")
+    density_range: FloatVectorProperty(name="Density ×", size=2, default=(1.0, 1.0),
+                                       min=MULTIPLIER_LOW, max=MULTIPLIER_HIGH, description="Multiplier where the map is 0 and where it is 1")
     # Collisions
     teeth_contact: BoolProperty(name="Teeth contact", default=True,
                                 description="Keep the lips and cheeks out of the teeth (the model's teeth, or an "

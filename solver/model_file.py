@@ -6,12 +6,11 @@ build information travels as a JSON string, never as a pickled object.
 from __future__ import annotations
 
 import json
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from .npz_files import write_npz_atomically
+from .npz_files import NpzReadError, read_npz, write_npz_atomically
 
 FORMAT_VERSION = 1
 
@@ -100,14 +99,12 @@ def save_model(path, model: dict) -> None:
 
 def load_model(path) -> dict:
     path = Path(path)
+    if not path.exists():
+        raise ModelFormatError(f"{path}: no such model file. Build one with `python -m solver build-model`.")
     try:
-        # The file is opened here, not by np.load, so it is closed even when the archive is damaged.
-        with open(path, "rb") as stream, np.load(stream, allow_pickle=False) as data:
-            model = {key: data[key] for key in data.files}
-    except FileNotFoundError:
-        raise ModelFormatError(f"{path}: no such model file. Build one with `python -m solver build-model`.") from None
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
-        raise ModelFormatError(f"{path}: not a readable model file, or a damaged one ({error}). Rebuild it.") from None
+        model = read_npz(path)
+    except NpzReadError as error:
+        raise ModelFormatError(f"{error}: not a readable model file. Rebuild it.") from None
     validate_model(model)
     return model
 

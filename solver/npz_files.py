@@ -1,12 +1,58 @@
-"""Writing `.npz` files so that a crash never leaves a half-written file where a good one was."""
+"""Reading and writing `.npz` files: every reader refuses what is not a plain archive of named
+arrays with one message per cause (and never unpickles), and a crash while writing never leaves a
+half-written file where a good one was."""
 from __future__ import annotations
 
 import contextlib
 import os
 import secrets
-from typing import Dict
+import zipfile
+from typing import Collection, Dict, Optional
 
 import numpy as np
+
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+class NpzReadError(ValueError):
+    """A file is not a readable archive of plain arrays; the message starts with its path and
+    says why (each reader adds what to do, in its own terms)."""
+
+
+def read_npz(path, keys: Optional[Collection[str]] = None) -> Dict[str, np.ndarray]:
+    """The arrays of an .npz archive (only `keys`, when given: other members stay unread).
+    NpzReadError for a missing path, a folder, a file that is not an .npz archive (a text file, a
+    single .npy array, a truncated archive), a member holding Python objects, or a damaged one."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise NpzReadError(f"{path}: is a folder, not a file")
+    if not os.path.isfile(path):
+        raise NpzReadError(f"{path}: no such file")
+    with open(path, "rb") as stream:
+        start = stream.read(len(_NPY_MAGIC))
+    if start == _NPY_MAGIC:
+        raise NpzReadError(f"{path}: a single .npy array, not an .npz archive of named arrays")
+    if not zipfile.is_zipfile(path):
+        raise NpzReadError(f"{path}: not an .npz archive (a text file, another format, or cut short)")
+    arrays = {}
+    try:
+        # Opened here so that a damaged archive's file is closed too (np.load leaves it open).
+        with open(path, "rb") as stream, np.load(stream, allow_pickle=False) as archive:
+            for key in archive.files:
+                if keys is not None and key not in keys:
+                    continue
+                try:
+                    arrays[key] = archive[key]
+                except ValueError as error:
+                    if "allow_pickle" in str(error) or "pickle" in str(error).lower():
+                        raise NpzReadError(f"{path}: {key}: holds Python objects, which are never unpickled "
+                                           f"(store numbers, or names as a str array)") from None
+                    raise
+    except NpzReadError:
+        raise
+    except Exception as error:      # noqa: BLE001 — a damaged header fails in numpy's parser as anything, e.g. SyntaxError
+        raise NpzReadError(f"{path}: the archive is corrupt ({type(error).__name__}: {error})") from None
+    return arrays
 
 
 def write_npz_atomically(path, arrays: Dict[str, np.ndarray], compressed: bool = True) -> None:

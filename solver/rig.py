@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import zipfile
-import zlib
 from dataclasses import dataclass
 from typing import Dict, Optional, Union
 
 import numpy as np
 
-from .npz_files import write_npz_atomically
+from .npz_files import NpzReadError, read_npz, write_npz_atomically
 
 FORMAT_VERSION = 1
 
@@ -342,30 +340,11 @@ def save_rig(path: PathLike, rig: FaceRig) -> None:
 
 
 def _read_npz(path: str) -> Dict[str, np.ndarray]:
-    if not os.path.isfile(path):
-        raise RigFormatError(f"{path}: no such file; check the path to the exported rig")
-    if not zipfile.is_zipfile(path):
-        raise RigFormatError(f"{path}: not an .npz archive (or it is truncated); "
-                             "export the rig again with the add-on or save_rig")
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            # Unknown keys are skipped unread: newer exporters may add data this solver does not use.
-            return {key: _read_member(path, archive, key)
-                    for key in archive.files if key in _RIG_KEYS or key == "format_version"}
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as error:
-        raise RigFormatError(f"{path}: the .npz archive is corrupt ({error}); export the rig again") from error
-
-
-def _read_member(path: str, archive, key: str) -> np.ndarray:
-    try:
-        return archive[key]
-    except ValueError as error:
-        if "allow_pickle" in str(error):
-            raise RigFormatError(
-                f"{path}: {key}: holds a Python object array; object arrays are not allowed because "
-                f"loading them would unpickle untrusted data. Fix: store numbers, or names as "
-                f"np.array(names, dtype=str).") from None
-        raise RigFormatError(f"{path}: {key}: the array is corrupt ({error}); export the rig again") from error
+        # Unknown keys are skipped unread: newer exporters may add data this solver does not use.
+        return read_npz(path, keys=set(_RIG_KEYS) | {"format_version"})
+    except NpzReadError as error:
+        raise RigFormatError(f"{error}; export the rig again with the add-on or save_rig") from None
 
 
 def _check_format_version(version: Optional[np.ndarray]) -> None:

@@ -3,6 +3,9 @@ maps.py, inputs.py), on the demo head built at 4k tets once per module. Real com
 mocks."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
@@ -292,56 +295,80 @@ def test_cheek_patch_diffuses_into_the_cheek_not_the_forehead(model, laplacian):
 
 def test_fat_plasticity_mapping():
     fat = np.array([0.0, 0.25, 0.5, 1.0, 1.0])
-    result = maps.fat_plasticity(fat, 1.3)
+    result = maps.fat_plasticity(fat, maps.MapSettings(fat_scale=1.3))
     np.testing.assert_allclose(result.plastic_scale, [1.0, 1.075, 1.15, 1.3, 1.3])
     # growth 0 → 1, 0.075 → between 1 and 0.8, 0.15 → between 0.8 and 0.5, 0.3 → 0.3
     np.testing.assert_allclose(result.mu_multiplier, [1.0, 0.85, 0.65, 0.3, 0.3])
-    for scale, mu in ((1.1, 0.8), (1.2, 0.5), (1.3, 0.3), (1.6, 0.3)):
-        assert maps.fat_plasticity(np.ones(1), scale).mu_multiplier[0] == pytest.approx(mu)
-    slim = maps.fat_plasticity(fat, 0.8)
+    for scale, mu in ((1.1, 0.8), (1.2, 0.5), (1.3, 0.3), (1.5, 0.3)):
+        assert maps.fat_plasticity(np.ones(1), maps.MapSettings(fat_scale=scale)).mu_multiplier[0] == pytest.approx(mu)
+    slim = maps.fat_plasticity(fat, maps.MapSettings(fat_scale=0.8))
     np.testing.assert_allclose(slim.plastic_scale, [1.0, 0.95, 0.9, 0.8, 0.8])
     np.testing.assert_array_equal(slim.mu_multiplier, 1.0)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        maps.fat_plasticity(np.array([0.5, 1.2]), 1.3)
-    with pytest.raises(ValueError, match="fat_scale"):
-        maps.fat_plasticity(fat, 0.0)
+        maps.fat_plasticity(np.array([0.5, 1.2]), maps.MapSettings(fat_scale=1.3))
+
+
+@pytest.mark.parametrize("field, bad", [("fat_scale", 0.0), ("fat_scale", 1.6), ("fat_scale", float("nan")),
+                                        ("fat_softening", -0.1), ("fat_softening", 1.5), ("fat_softening", True),
+                                        ("diffusion_steps", -1), ("diffusion_steps", 2.5), ("diffusion_steps", 10 ** 9),
+                                        ("diffusion_time_step_m2", 1.0), ("diffusion_time_step_m2", "3e-6")])
+def test_map_settings_refuse_what_the_solver_cannot_do(field, bad):
+    """One validator for every front door: the error names the setting, the range and a fix."""
+    with pytest.raises(maps.MapSettingsError, match=f"^{field}: expected a .*Fix: give") as caught:
+        maps.MapSettings(**{field: bad})
+    assert caught.value.field == field
+    with pytest.raises(maps.MapSettingsError, match="past any face"):
+        maps.MapSettings(diffusion_steps=1000, diffusion_time_step_m2=1e-5)
+
+
+def test_map_settings_numbers_come_from_one_file():
+    """The solver's defaults, ranges and presets are those of settings.json, which the add-on
+    reads too (blender_addon/solver_numbers.py)."""
+    numbers = json.loads((Path(maps.__file__).with_name("settings.json")).read_text(encoding="utf-8"))
+    defaults = maps.MapSettings()
+    for name, entry in numbers["settings"].items():
+        assert getattr(defaults, name) == entry["default"]
+        low, high = entry["range"]
+        for value in (low, high):
+            bounded = {"diffusion_time_step_m2": {"diffusion_steps": 1},
+                       "diffusion_steps": {"diffusion_time_step_m2": 1e-6}}.get(name, {})
+            assert getattr(maps.MapSettings(**{name: value, **bounded}), name) == value
+    assert maps.ZOMBIE_STIFFNESS_RANGE == tuple(numbers["presets"]["zombie"]["stiffness_range"])
+    assert maps.PAINTED_MULTIPLIER_LIMITS == tuple(numbers["painted_multiplier_range"])
 
 
 def test_fat_softening_scales_the_papers_mu_reduction():
     fat = np.array([0.0, 0.25, 0.5, 1.0])
-    paper = maps.fat_plasticity(fat, 1.3).mu_multiplier          # [1, 0.85, 0.65, 0.3], see above
+    grow = maps.MapSettings(fat_scale=1.3)
+    paper = maps.fat_plasticity(fat, grow).mu_multiplier          # [1, 0.85, 0.65, 0.3], see above
     for softening in (0.0, 0.25, 0.5, 1.0):
-        result = maps.fat_plasticity(fat, 1.3, fat_softening=softening)
+        result = maps.fat_plasticity(fat, maps.MapSettings(fat_scale=1.3, fat_softening=softening))
         np.testing.assert_allclose(result.mu_multiplier, 1.0 - softening * (1.0 - paper), atol=1e-15)
-        np.testing.assert_array_equal(result.plastic_scale, maps.fat_plasticity(fat, 1.3).plastic_scale)
-    np.testing.assert_array_equal(maps.fat_plasticity(fat, 1.3, fat_softening=0.0).mu_multiplier, 1.0)
-    np.testing.assert_array_equal(maps.fat_plasticity(fat, 0.8, fat_softening=0.5).mu_multiplier, 1.0)   # slimming
-    for bad in (-0.1, 1.5, float("nan"), True):
-        with pytest.raises(ValueError, match=r"fat_softening must be in \[0, 1\]"):
-            maps.fat_plasticity(fat, 1.3, fat_softening=bad)
+        np.testing.assert_array_equal(result.plastic_scale, maps.fat_plasticity(fat, grow).plastic_scale)
+    np.testing.assert_array_equal(maps.fat_plasticity(fat, maps.MapSettings(1.3, 0.0)).mu_multiplier, 1.0)
+    np.testing.assert_array_equal(maps.fat_plasticity(fat, maps.MapSettings(0.8, 0.5)).mu_multiplier, 1.0)  # slimming
 
 
 def test_diffusion_settings_and_fat_softening_reach_the_material(model):
     from solver.physics.animate import overrides_from_maps
     patch, centre = _cheek_patch(model)
     painted = MapsInput(fat=patch)
-    default = overrides_from_maps(model, painted, 1.3)
-    np.testing.assert_array_equal(default.plastic_scale, maps.material_maps(model, fat=patch, fat_scale=1.3).plastic_scale)
-    wider = overrides_from_maps(model, painted, 1.3, diffusion_steps=4 * maps.DEFAULT_DIFFUSION_STEPS,
-                                diffusion_time_step_m2=2 * maps.DEFAULT_DIFFUSION_TIME_STEP_M2)
-    expected = maps.material_maps(model, fat=patch, fat_scale=1.3, steps=4 * maps.DEFAULT_DIFFUSION_STEPS,
-                                  time_step=2 * maps.DEFAULT_DIFFUSION_TIME_STEP_M2)
+    grow = maps.MapSettings(fat_scale=1.3)
+    default = overrides_from_maps(model, painted, grow)
+    np.testing.assert_array_equal(default.plastic_scale, maps.material_maps(model, fat=patch, settings=grow).plastic_scale)
+    farther = maps.MapSettings(fat_scale=1.3, diffusion_steps=4 * maps.DEFAULT_DIFFUSION_STEPS,
+                               diffusion_time_step_m2=2 * maps.DEFAULT_DIFFUSION_TIME_STEP_M2)
+    wider = overrides_from_maps(model, painted, farther)
+    expected = maps.material_maps(model, fat=patch, settings=farther)
     np.testing.assert_array_equal(wider.plastic_scale, expected.plastic_scale)
     assert np.count_nonzero(wider.plastic_scale > 1.001) > np.count_nonzero(default.plastic_scale > 1.001)
-    stiff = overrides_from_maps(model, painted, 1.3, fat_softening=0.0)
+    stiff = overrides_from_maps(model, painted, maps.MapSettings(fat_scale=1.3, fat_softening=0.0))
     np.testing.assert_array_equal(stiff.plastic_scale, default.plastic_scale)
     np.testing.assert_array_equal(stiff.mu_multiplier, 1.0)
     grown = default.plastic_scale > 1.01
-    half = overrides_from_maps(model, painted, 1.3, fat_softening=0.5)
+    half = overrides_from_maps(model, painted, maps.MapSettings(fat_scale=1.3, fat_softening=0.5))
     np.testing.assert_allclose(half.mu_multiplier, 1.0 - 0.5 * (1.0 - default.mu_multiplier), atol=1e-15)
     assert grown.any() and np.all(default.mu_multiplier[grown] < half.mu_multiplier[grown])
-    with pytest.raises(ValueError, match="fat_softening"):
-        overrides_from_maps(model, None, 1.0, fat_softening=2.0)
 
 
 def test_stiffness_and_density_multipliers(model):
@@ -376,7 +403,7 @@ def test_material_maps_from_painted_skin(model):
 
     patch, centre = _cheek_patch(model)
     material = maps.material_maps(model, fat=patch, stiffness=1.0 + patch, density=1.0 + 2.0 * patch,
-                                  paralysis=np.full(skin_count, 0.5), fat_scale=1.3)
+                                  paralysis=np.full(skin_count, 0.5), settings=maps.MapSettings(fat_scale=1.3))
     centroids = _tet_centroids(model)
     cheek = np.linalg.norm(centroids - centre, axis=1) < 0.02
     forehead = np.linalg.norm(centroids - _landmark(model, "forehead"), axis=1) < 0.03
@@ -397,7 +424,7 @@ def test_painted_weights_become_multipliers_in_the_solver_only(model):
     from solver.physics.animate import overrides_from_maps
     patch, _ = _cheek_patch(model)
     painted = MapsInput(stiffness=patch, stiffness_range=(0.5, 3.0), density=patch, density_range=(1.0, 2.0))
-    material = overrides_from_maps(model, painted, fat_scale=1.0)
+    material = overrides_from_maps(model, painted)
     expected = maps.material_maps(model, stiffness=0.5 + 2.5 * patch, density=1.0 + patch)
     np.testing.assert_allclose(material.lambda_multiplier, expected.lambda_multiplier, rtol=1e-12)
     np.testing.assert_allclose(material.node_mass_multiplier, expected.node_mass_multiplier, rtol=1e-12)

@@ -21,6 +21,10 @@ import addon_utils  # noqa: E402  (comes with bpy)
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from solver.model_file import load_model  # noqa: E402
+from solver.physics import inputs, maps  # noqa: E402
+from solver.physics.activation import bells_palsy_muscles  # noqa: E402
+
 ADDON = "blender_addon"
 FRAMES = (1, 5)
 MIDDLE_FRAME = 3
@@ -116,18 +120,36 @@ def _bake_keeping_job(monkeypatch, tmp_path):
 
 
 def test_the_panels_ranges_are_the_ones_the_solver_accepts(addon):
-    """Every value the artist can set is one the animate request takes (solver/requests/animate.py):
-    the add-on cannot import the solver, so its property ranges are checked against it here."""
+    """Every value the artist can set is one the animate request takes (solver/requests/animate.py,
+    solver/physics/maps.py): the add-on cannot import the solver, so its property ranges are checked
+    against it here (the map settings' ranges and defaults it reads from the solver's own file)."""
     from solver.requests import animate as request
     properties = bpy.types.Object.bl_rna.properties["face_physics"].fixed_type.properties
-    for name, (low, high) in {"fat_scale": request.FAT_SCALE_RANGE, "fat_softening": (0.0, 1.0),
-                              "diffusion_steps": (0, request.MAX_DIFFUSION_STEPS),
-                              "diffusion_time_step": request.DIFFUSION_TIME_STEP_RANGE_M2,
+    for name, (low, high) in {"fat_scale": maps.FAT_SCALE_RANGE, "fat_softening": (0.0, 1.0),
+                              "diffusion_steps": (0, maps.MAX_DIFFUSION_STEPS),
+                              "diffusion_time_step": maps.DIFFUSION_TIME_STEP_RANGE_M2,
+                              "stiffness_range": maps.PAINTED_MULTIPLIER_LIMITS,
+                              "density_range": maps.PAINTED_MULTIPLIER_LIMITS,
                               "substeps": (1, request.MAX_SUBSTEPS), "wind_speed": (0.0, request.MAX_WIND_SPEED),
                               "teeth_padding": request.TEETH_PADDING_RANGE_M}.items():
         prop = properties[name]
         assert low * (1 - 1e-6) <= prop.hard_min and prop.hard_max <= high * (1 + 1e-6), \
             f"{name}: the panel allows [{prop.hard_min:g}, {prop.hard_max:g}], the solver [{low:g}, {high:g}]"
+    defaults = maps.MapSettings()
+    for name, setting in (("fat_scale", "fat_scale"), ("fat_softening", "fat_softening"),
+                          ("diffusion_steps", "diffusion_steps"), ("diffusion_time_step", "diffusion_time_step_m2")):
+        assert properties[name].default == pytest.approx(getattr(defaults, setting)), name
+    contraction = bpy.types.FACE_PHYSICS_PG_muscle.bl_rna.properties["contraction"]
+    assert (contraction.hard_min, contraction.hard_max) == pytest.approx(inputs.MUSCLE_CONTRACTION_RANGE)
+
+
+def test_zombie_preset_sets_the_solvers_ranges(scene):
+    settings = scene["object"].face_physics
+    before = tuple(settings.stiffness_range), tuple(settings.density_range)
+    assert bpy.ops.face_physics.zombie_preset() == {'FINISHED'}
+    assert tuple(settings.stiffness_range) == pytest.approx(maps.ZOMBIE_STIFFNESS_RANGE)
+    assert tuple(settings.density_range) == pytest.approx((1.0, maps.ZOMBIE_DENSITY_MAX))
+    settings.stiffness_range, settings.density_range = before
 
 
 def test_build_gives_a_model_with_muscles(scene):
@@ -144,7 +166,8 @@ def test_bake_to_pc2_then_shape_keys_matches_the_solver(scene, monkeypatch, tmp_
     settings.fat_group = "cheek fat"
     settings.fat_scale = 1.2
     assert bpy.ops.face_physics.palsy_preset(side='LEFT') == {'FINISHED'}
-    assert all(m.paralysed == m.name.endswith("_L") for m in settings.muscles)
+    model = load_model(bpy.path.abspath(settings.model_path))
+    assert {m.name for m in settings.muscles if m.paralysed} == set(bells_palsy_muscles(model, "L"))
 
     settings.bake_target = 'PC2'
     expected = _bake_keeping_job(monkeypatch, tmp_path / "pc2")

@@ -28,7 +28,49 @@ def files(tmp_path_factory, small_demo_model, demo_rig):
     (folder / "truncated_fit.npz").write_bytes((folder / "weights.npz").read_bytes()[:100])
     save_rig(folder / "rig.npz", demo_rig)
     (folder / "folder.npz").mkdir()
+    for name, arrays in bad_content_files(small_demo_model).items():
+        np.savez(folder / name, **arrays)
+    (folder / "text.npz").write_text("vertices,faces\n0,0,0\n")
     return folder
+
+
+def bad_content_files(model) -> dict:
+    """ACTIVATIONS, MAPS, LIPS and MESH files whose content is wrong, by file name."""
+    skin = len(model["skin_vertices"])
+    names = np.array([str(name) for name in model["muscle_names"]])
+    muscles, jaw = len(names), np.zeros((2, 5))
+
+    def contraction(values, **more):
+        return {"muscle_contraction": values, "muscle_names": names, "jaw": jaw, **more}
+    return {
+        "act_nan.npz": contraction(np.full((2, muscles), np.nan)),
+        "act_zero.npz": contraction(np.zeros((2, muscles))),
+        "act_huge.npz": contraction(np.full((2, muscles), 1e6)),
+        "act_stretched.npz": contraction(np.full((2, muscles), 0.1)),
+        "act_unknown.npz": {"muscle_contraction": np.ones((2, 1)), "muscle_names": np.array(["noSuchMuscle"]),
+                            "jaw": jaw},
+        "act_twice.npz": {"muscle_contraction": np.ones((2, 2)), "muscle_names": names[[0, 0]], "jaw": jaw},
+        "act_no_jaw.npz": {"muscle_contraction": np.ones((2, muscles)), "muscle_names": names},
+        "act_jaw_frames.npz": contraction(np.ones((2, muscles)), jaw=np.zeros((3, 5))),
+        "act_jaw_inf.npz": contraction(np.ones((2, muscles)), jaw=np.full((2, 5), np.inf)),
+        "act_no_frames.npz": {"muscle_contraction": np.ones((0, muscles)), "muscle_names": names,
+                              "jaw": np.zeros((0, 5))},
+        "act_fps_text.npz": contraction(np.ones((2, muscles)), fps=np.array("fast")),
+        "act_fps_zero.npz": contraction(np.ones((2, muscles)), fps=np.float64(0.0)),
+        "act_head_shear.npz": contraction(np.ones((2, muscles)), head_transforms=np.tile(np.diag([2.0, 1, 1, 1]), (2, 1, 1))),
+        "act_typo.npz": contraction(np.ones((2, muscles)), head_transform=np.tile(np.eye(4), (2, 1, 1))),
+        "maps_over.npz": {"fat": np.full(skin, 1.5)},
+        "maps_nan.npz": {"fat": np.full(skin, np.nan)},
+        "maps_count.npz": {"fat": np.zeros(10)},
+        "maps_no_range.npz": {"stiffness": np.zeros(skin)},
+        "maps_range.npz": {"stiffness": np.zeros(skin), "stiffness_range": np.array([0.0, 1000.0])},
+        "maps_range_only.npz": {"density_range": np.array([1.0, 2.0])},
+        "maps_muscle.npz": {"paralysed_muscles": np.array(["noSuchMuscle"])},
+        "maps_typo.npz": {"paralyzed_muscles": np.array(["noSuchMuscle"])},
+        "lips_both.npz": {"upper": np.array([0, 1]), "lower": np.array([1, 2])},
+        "lips_range.npz": {"upper": np.array([skin + 5]), "lower": np.array([1])},
+        "collider_keys.npz": {"vertices": np.zeros((4, 3)), "triangles": np.array([[0, 1, 2]])},
+    }
 
 
 def _animate(capsys, files, *arguments, output="out.npz"):
@@ -75,6 +117,21 @@ CASES = [
     (("--maps", "{files}/missing.npz"), "out.npz", "--maps: {files}/missing.npz: no such file"),
     (("--maps", "{files}/folder.npz"), "out.npz", "--maps: {files}/folder.npz is a folder, not a MAPS.npz"),
     (("--collider", "{files}/missing.npz"), "out.npz", "--collider: {files}/missing.npz: no such file"),
+    (("--collider", "{files}/text.npz"), "out.npz", "text.npz: not an .npz archive (a text file"),
+    (("--collider", "{files}/collider_keys.npz"), "out.npz", "missing arrays ['faces', 'transforms']"),
+    (("--maps", "{files}/text.npz"), "out.npz", "text.npz: not an .npz archive (a text file"),
+    (("--maps", "{files}/maps_over.npz"), "out.npz", "--maps: maps_over.npz: fat: painted weights must be in [0, 1]"),
+    (("--maps", "{files}/maps_nan.npz"), "out.npz", "--maps: maps_nan.npz: fat: contains NaN or infinite values"),
+    (("--maps", "{files}/maps_count.npz"), "out.npz", "--maps: maps_count.npz: fat: expected shape"),
+    (("--maps", "{files}/maps_no_range.npz"), "out.npz", "stiffness_range: give it with stiffness and only then"),
+    (("--maps", "{files}/maps_range.npz"), "out.npz", "stiffness_range: multipliers must be in [0.01, 100]"),
+    (("--maps", "{files}/maps_range_only.npz"), "out.npz", "density_range: given without a density map"),
+    (("--maps", "{files}/maps_muscle.npz"), "out.npz", "paralysed_muscles: unknown muscle 'noSuchMuscle'"),
+    (("--maps", "{files}/maps_typo.npz"), "out.npz", "paralyzed_muscles: not one of the keys of MAPS.npz"),
+    (("--collisions", "lips", "--lip-vertices", "{files}/lips_both.npz"), "out.npz", "vertices are on both lips"),
+    (("--collisions", "lips", "--lip-vertices", "{files}/lips_range.npz"), "out.npz",
+     "'upper' indices must lie in [0, "),
+    (("--collisions", "lips", "--lip-vertices", "{files}/text.npz"), "out.npz", "not an .npz archive"),
 ]
 
 
@@ -150,6 +207,26 @@ OTHER_CASES = [
     (("animate", "{files}/model.npz", "{files}/fit.npz", "{files}/weights.npz", "-o", "{files}/out.npz",
       "--substeps", "two"), "argument --substeps: invalid int value: 'two'"),
     (("no-such-command",), "invalid choice: 'no-such-command'"),
+    # ACTIVATIONS.npz whose content is wrong: named as the door names it, before any frame
+    *((("animate", "{files}/model.npz", f"{{files}}/{name}", "-o", "{files}/out.npz"), expected) for name, expected in (
+        ("act_nan.npz", "ACTIVATIONS: act_nan.npz: muscle_contraction: contains NaN or infinite values"),
+        ("act_zero.npz", "muscle_contraction: values must be in [0.5, 10], found 0"),
+        ("act_huge.npz", "muscle_contraction: values must be in [0.5, 10], found 1e+06"),
+        ("act_stretched.npz", "muscle_contraction: values must be in [0.5, 10], found 0.1"),
+        ("act_unknown.npz", "muscle_names: unknown muscle 'noSuchMuscle'"),
+        ("act_twice.npz", "is listed twice"),
+        ("act_no_jaw.npz", "jaw: missing"),
+        ("act_jaw_frames.npz", "muscle_contraction: expected shape (3, "),
+        ("act_jaw_inf.npz", "jaw: contains NaN or infinite values"),
+        ("act_no_frames.npz", "jaw: has no frames"),
+        ("act_fps_text.npz", "fps: expected numbers"),
+        ("act_fps_zero.npz", "fps: must be > 0"),
+        ("act_head_shear.npz", "head_transforms: frame 0 is not rigid"),
+        ("act_typo.npz", "head_transform: not one of the keys of ACTIVATIONS.npz"),
+        ("text.npz", "ACTIVATIONS: text.npz: not an .npz archive"),
+        ("folder.npz", "folder.npz is a folder"))),
+    (("animate", "{files}/model.npz", "{files}/text.npz", "{files}/weights.npz", "-o", "{files}/out.npz"),
+     "text.npz: not an .npz archive (a text file"),
 ]
 
 

@@ -22,7 +22,7 @@ from solver.demo_head import make_demo_rig
 from solver.model_builder.builder import BuildOptions, build_model
 from solver.physics.activation import bells_palsy_muscles, tet_activations
 from solver.physics.bones import rigid_transform
-from solver.physics.maps import material_maps
+from solver.physics.maps import MapSettings, material_maps
 from solver.physics.simple_energies import InertiaEnergy
 from solver.physics.maps import MaterialMaps
 from solver.physics.simulator import FaceSimulator, SimulationSettings
@@ -250,7 +250,7 @@ def test_fat_on_the_ict_cheeks_grows_them_and_leaves_the_forehead(ict_model):
     skin = model["skin_vertices"]
     distance = np.min([np.linalg.norm(skin - c, axis=1) for c in centres], axis=0)
     cheek_paint = np.clip(1.0 - (distance / 0.02) ** 2, 0.0, 1.0) ** 2
-    simulator = FaceSimulator(model, SimulationSettings(), material_maps(model, fat=cheek_paint, fat_scale=1.3))
+    simulator = FaceSimulator(model, SimulationSettings(), material_maps(model, fat=cheek_paint, settings=MapSettings(fat_scale=1.3)))
     frame = simulator.step(identity_activations(model))
     assert frame.converged, frame.reason
 

@@ -125,7 +125,7 @@ def test_object_arrays_in_a_job_file_are_refused_not_unpickled(tmp_path, demo_ri
     np.savez(tmp_path / "rig.npz", **arrays)
     _write_job(tmp_path)
     code, messages, _ = _run(tmp_path)
-    assert code == EXIT_BAD_INPUT and "object array" in messages[-2]["message"]
+    assert code == EXIT_BAD_INPUT and "holds Python objects" in messages[-2]["message"]
 
 
 def test_build_then_animate_jobs_write_outputs_and_report_per_frame_progress(tmp_path, demo_rig):
@@ -759,3 +759,32 @@ def test_both_doors_refuse_an_out_of_range_setting_with_the_same_message(tmp_pat
     # the same problem and fix, only the field spelt as each door spells it
     assert str(from_job.value).split(": ", 2)[2] == from_cli.split(": ", 1)[1]
     assert not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.parametrize("name", ["maps_over.npz", "maps_range.npz", "maps_typo.npz", "act_huge.npz", "act_nan.npz",
+                                  "act_typo.npz"])
+def test_both_doors_refuse_a_bad_input_file_with_the_same_message(tmp_path, small_model, name):
+    """A MAPS.npz or ACTIVATIONS.npz whose content is wrong: the same problem and fix from a job
+    folder (inputs.maps / inputs.activations) as from the command line (--maps / ACTIVATIONS),
+    exit 2, before any frame."""
+    from solver.model_file import load_model
+    from tests.test_bad_input import bad_content_files
+    arrays = bad_content_files(load_model(small_model))[name]
+    is_maps = name.startswith("maps")
+    folder = tmp_path / "job"
+    folder.mkdir()
+    activations = arrays if not is_maps else _neutral_contractions(small_model, 2)
+    job_files.write_animate_job(folder, small_model, activations, arrays if is_maps else None, {})
+    code, messages, _ = _run(folder)
+    assert code == EXIT_BAD_INPUT and messages[-1]["status"] == "error"
+    from_job = messages[-2]["message"]
+    path = folder / (job_files.MAPS_FILE if is_maps else job_files.ACTIVATIONS_FILE)
+    door = ["--maps", path] if is_maps else []
+    completed = _cli("animate", small_model, folder / job_files.ACTIVATIONS_FILE, *door, "-o", tmp_path / "out.npz",
+                     timeout=120)
+    assert completed.returncode == 2, completed.stderr
+    from_cli = json.loads(completed.stdout.splitlines()[-1])["message"]
+    assert from_job.startswith("job.json: inputs.maps: " if is_maps else "job.json: inputs.activations: "), from_job
+    assert from_cli.startswith("--maps: " if is_maps else "ACTIVATIONS: "), from_cli
+    assert from_job.split(": ", 2)[2] == from_cli.split(": ", 1)[1]
+    assert "Fix: " in from_cli and not (tmp_path / "out.npz").exists()

@@ -332,7 +332,7 @@ def test_object_arrays_are_refused(rig, tmp_path):
     np.savez(path, vertices=rig.vertices, faces=rig.faces, shape_key_deltas=rig.shape_key_deltas,
              shape_key_names=np.array(list(rig.shape_key_names), dtype=object))
     with pytest.raises(RigFormatError,
-                       match="shape_key_names: holds a Python object array; object arrays are not allowed"):
+                       match="shape_key_names: holds Python objects, which are never unpickled"):
         load_rig(path)
 
 

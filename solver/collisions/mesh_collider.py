@@ -27,13 +27,13 @@ moves to another frame; the whole surface is the projection region.
 from __future__ import annotations
 
 import math
-import zipfile
 from pathlib import Path
 
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from ..npz_files import NpzReadError, read_npz
 from .contacts import BonePose, ContactPlanes
 from .detection import (ClearanceGrid, SurfaceQuery, apply_transform, candidates_in_box, closed_penetrations,
                         rigid_inverse, rotate, transformed_box)
@@ -268,23 +268,15 @@ def load_mesh_collider(path, name: str | None = None, max_depth: float = math.in
     defaults to the file stem."""
     path = Path(path)
     source = f"mesh collider file {path}"
-    if not path.is_file():
-        _fail(source, "the file does not exist", "Check the path")
+    keys = ("vertices", "faces", "transforms")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            missing = [key for key in ("vertices", "faces", "transforms") if key not in data.files]
-            if missing:
-                _fail(source, f"missing arrays {missing} (found {sorted(data.files)})",
-                      "Save it with numpy.savez(path, vertices=..., faces=..., transforms=...)")
-            arrays = {key: data[key] for key in ("vertices", "faces", "transforms")}
-    except MeshColliderError:
-        raise
-    except ValueError as error:
-        if "pickle" in str(error).lower() or "object" in str(error).lower():
-            _fail(source, "it contains object (pickled) arrays, which are not loaded for safety",
-                  "Save plain numeric arrays (numpy.savez with float/int arrays)")
-        _fail(source, f"it cannot be read as a numpy .npz archive ({error})", "Save it with numpy.savez")
-    except (OSError, zipfile.BadZipFile, EOFError) as error:
-        _fail(source, f"it cannot be read as a numpy .npz archive ({error})", "Save it with numpy.savez")
+        arrays = read_npz(path)
+    except NpzReadError as error:
+        _fail(source, str(error).removeprefix(f"{path}: "),
+              "Save it with numpy.savez(path, vertices=..., faces=..., transforms=...), numbers only")
+    missing = [key for key in keys if key not in arrays]
+    if missing:
+        _fail(source, f"missing arrays {missing} (found {sorted(arrays)})",
+              "Save it with numpy.savez(path, vertices=..., faces=..., transforms=...)")
     return MeshCollider(name or path.stem, arrays["vertices"], arrays["faces"], arrays["transforms"],
                         max_depth=max_depth, source=source)

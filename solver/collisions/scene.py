@@ -21,7 +21,6 @@ is tested.
 """
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -29,6 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..model_file import model_head_axes
+from ..npz_files import NpzReadError, read_npz
 from .contacts import BonePose, Collider, ContactPlanes
 from .lips import LipSurfaceError, LipSurfaces, find_lip_surfaces, lip_colliders
 from .teeth import DEFAULT_PAD, DEFAULT_SPACING, TeethCollider, teeth_proxies
@@ -203,17 +203,12 @@ def load_lip_vertices(path, skin_vertex_count: int) -> tuple:
     path = Path(path)
     source = f"lip vertices file {path.name}"
     try:
-        with np.load(path, allow_pickle=False) as data:
-            missing = [key for key in LIP_VERTICES_KEYS if key not in data.files]
-            if missing:
-                raise ValueError(f"{source}: missing arrays {missing} (found {sorted(data.files)}); save it with "
-                                 f"numpy.savez(path, upper=..., lower=...)")
-            arrays = [data[key] for key in LIP_VERTICES_KEYS]
-    except (OSError, zipfile.BadZipFile, EOFError) as error:
-        raise ValueError(f"{source}: cannot be read as a numpy .npz archive ({error})") from None
-    except ValueError as error:
-        if "pickle" in str(error).lower():
-            raise ValueError(f"{source}: it holds object (pickled) arrays, which are not loaded; save integer "
-                             f"arrays") from None
-        raise
-    return check_lip_vertices(*arrays, skin_vertex_count, source)
+        data = read_npz(path)
+    except NpzReadError as error:
+        raise ValueError(f"{source}: {str(error).removeprefix(f'{path}: ')}; save it with "
+                         f"numpy.savez(path, upper=..., lower=...), integer arrays") from None
+    missing = [key for key in LIP_VERTICES_KEYS if key not in data]
+    if missing:
+        raise ValueError(f"{source}: missing arrays {missing} (found {sorted(data)}); save it with "
+                         f"numpy.savez(path, upper=..., lower=...)")
+    return check_lip_vertices(*(data[key] for key in LIP_VERTICES_KEYS), skin_vertex_count, source)

@@ -4,12 +4,11 @@ Written atomically, read without unpickling, validated against the model it belo
 """
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from ..npz_files import write_npz_atomically
+from ..npz_files import NpzReadError, read_npz, write_npz_atomically
 from ..physics.activation import active_tet_indices
 from ..physics.active_stiffening import STIFFENING_AT_FULL
 
@@ -64,15 +63,12 @@ _OTHER_FILES = {"shape-key weights (WEIGHTS.npz)": ("names", "weights"),
 def load_fit(path, model=None) -> dict:
     """The arrays of FIT.npz; with `model`, checked to belong to it (tet, active tet and skin counts)."""
     path = Path(path)
-    try:
-        # Opened here so that a damaged archive's file is closed too (np.load leaves it open).
-        with open(path, "rb") as stream, np.load(stream, allow_pickle=False) as archive:
-            fit = {key: archive[key] for key in archive.files}
-    except FileNotFoundError:
+    if not path.exists():
         raise FitFormatError(f"{path}: no such file; make it with `python -m solver fit MODEL.npz RIG.npz -o {path}`")
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:
-        raise FitFormatError(f"{path}: not a readable fit file, or a damaged one ({error}); fit the shapes "
-                             f"again") from error
+    try:
+        fit = read_npz(path)
+    except NpzReadError as error:
+        raise FitFormatError(f"{error}: not a readable fit file, or a damaged one; fit the shapes again") from None
     missing = [key for key in REQUIRED_KEYS if key not in fit]
     other_kind = next((kind for kind, keys in _OTHER_FILES.items() if set(keys) <= set(fit)), None)
     if missing and other_kind:

@@ -23,6 +23,8 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from .maps import NUMBERS
+
 # Vector index → (row, column) of the symmetric matrix: diagonal first, then yz, xz, xy.
 _VECTOR_ENTRIES = ((0, 0), (1, 1), (2, 2), (1, 2), (0, 2), (0, 1))
 NEUTRAL_ACTIVATION = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
@@ -169,4 +171,6 @@ def bells_palsy_muscles(model, side: str) -> list:
     one-sided facial palsy (paper 000 §8, Fig. 13-c)."""
     if side not in ("L", "R"):
         raise ValueError(f"side must be 'L' (subject's left) or 'R', got {side!r}")
-    return [str(name) for name in model["muscle_names"] if str(name).endswith(f"_{side}")]
+    palsy = NUMBERS["presets"]["bells_palsy"]       # the suffixes the add-on's preset uses too
+    suffix = palsy["left_suffix"] if side == "L" else palsy["right_suffix"]
+    return [str(name) for name in model["muscle_names"] if str(name).endswith(suffix)]

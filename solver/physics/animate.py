@@ -25,9 +25,7 @@ from ..collisions.contacts import BonePose
 from ..npz_files import write_npz_atomically
 from ..pc2 import Pc2Writer
 from .inputs import ActivationInput, MapsInput
-from .maps import (DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING,
-                   MaterialMaps, check_fat_softening, material_maps,
-                   painted_multiplier)
+from .maps import MapSettings, MaterialMaps, material_maps, painted_multiplier
 from .simulator import FaceSimulator, SimulationSettings
 from .skin_filter import SkinFilter
 
@@ -64,29 +62,20 @@ class AnimationResult:
                 "filter_pinned": np.zeros(frames, np.int64) if self.filter_pinned is None else self.filter_pinned}
 
 
-def overrides_from_maps(model, maps: Optional[MapsInput], fat_scale: float,
-                        diffusion_steps: int = DEFAULT_DIFFUSION_STEPS,
-                        diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
-                        fat_softening: float = DEFAULT_FAT_SOFTENING) -> MaterialMaps:
+def overrides_from_maps(model, maps: Optional[MapsInput], settings: MapSettings = MapSettings()) -> MaterialMaps:
     """Painted per-vertex maps → per-tet plasticity, stiffness, mass and paralysis, each map
-    diffused `diffusion_steps` times by `diffusion_time_step_m2` (maps.diffuse_skin_map)."""
-    check_fat_softening(fat_softening)      # also without maps: a bad value fails whether or not a map is painted
+    diffused as `settings` says (maps.diffuse_skin_map)."""
     if maps is None:
         return MaterialMaps()
     return material_maps(model, fat=maps.fat, stiffness=painted_multiplier(maps.stiffness, maps.stiffness_range),
                          density=painted_multiplier(maps.density, maps.density_range),
-                         paralysis=maps.paralysis, fat_scale=fat_scale, steps=diffusion_steps,
-                         time_step=diffusion_time_step_m2, fat_softening=fat_softening,
-                         paralysed_muscles=maps.paralysed_muscles)
+                         paralysis=maps.paralysis, settings=settings, paralysed_muscles=maps.paralysed_muscles)
 
 
 def animate(model, activations: ActivationInput, result_path, settings: SimulationSettings,
-            maps: Optional[MapsInput] = None, fat_scale: float = 1.0,
+            maps: Optional[MapsInput] = None, map_settings: MapSettings = MapSettings(),
             progress: Callable[[dict], None] = lambda event: None,
-            skin_detail: Optional[np.ndarray] = None, collisions=None,
-            diffusion_steps: int = DEFAULT_DIFFUSION_STEPS,
-            diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
-            fat_softening: float = DEFAULT_FAT_SOFTENING, rig_offset=None,
+            skin_detail: Optional[np.ndarray] = None, collisions=None, rig_offset=None,
             skin_filter: Optional[SkinFilter] = None) -> AnimationResult:
     """Run every frame; `skin_detail` (T, V, 3), when given, is added to the simulated skin
     (the shape-key detail the tet mesh cannot carry, inverse/blend.py); with `skin_filter` and
@@ -95,11 +84,10 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     (skin_filter.py), kept out of the colliders; `collisions`, when
     given, is the collision scene the skin is kept out of (simulator.FaceSimulator) — the
     written skin, detail and the projection of anchored vertices included
-    (docs/collisions.md). The painted `maps` are diffused into the volume with
-    `diffusion_steps` steps of `diffusion_time_step_m2` (m²); `fat_softening` in [0, 1] is how
-    much grown fat softens (maps.fat_plasticity)."""
+    (docs/collisions.md). The painted `maps` act as `map_settings` says (fat scale and
+    softening, diffusion into the volume; maps.MapSettings)."""
     result_path = Path(result_path)
-    overrides = overrides_from_maps(model, maps, fat_scale, diffusion_steps, diffusion_time_step_m2, fat_softening)
+    overrides = overrides_from_maps(model, maps, map_settings)
     simulator = FaceSimulator(model, settings, overrides, collisions=collisions)
     frames = activations.frame_count
     skin_count = len(model["skin_vertices"])

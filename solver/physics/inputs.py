@@ -6,12 +6,13 @@ drive; every problem raises `AnimationInputError` whose message starts with the 
 key (`head_transform`, `paralyzed_muscles`) cannot be silently ignored.
 
 ACTIVATIONS.npz, T frames:
-  muscle_contraction (T, m)   contraction γ > 0 per muscle along its fibre (1 = rest, > 1 contracts)
+  muscle_contraction (T, m)   contraction γ in [0.5, 10] per muscle along its fibre (1 = rest, > 1 contracts)
   muscle_names (m,) str       optional: the muscle of each column; default the model's muscle_names
                               order. Model muscles not listed stay at rest (γ = 1)
   activations (T, A, 6)       instead of muscle_contraction: raw activation 6-vectors
                               (xx, yy, zz, yz, xz, xy) of the model's A active tets
-                              (`activation.active_tet_indices`), each a positive-definite S
+                              (`activation.active_tet_indices`), each a positive-definite S with
+                              eigenvalues in [0.1, 3.16] (those of γ in range)
   jaw (T, 5)                  jaw parameters b: rotations about the hinge x and the vertical y axis
                               (radians), translation x, y, z (metres), in the jaw frame
   head_transforms (T, 4, 4)   optional rigid skull transform per frame [[R, t], [0 0 0 1]];
@@ -31,25 +32,31 @@ hold painted weights in [0, 1], which the solver alone turns into material (maps
 """
 from __future__ import annotations
 
-import os
-import zipfile
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
 import numpy as np
 
-from ..npz_files import write_npz_atomically
+from ..npz_files import NpzReadError, write_npz_atomically
+from ..npz_files import read_npz as read_npz_arrays
 from .activation import active_tet_indices, tet_activations, tet_activations_from_vectors
+from .maps import NUMBERS, PAINTED_MULTIPLIER_LIMITS
 
 DEFAULT_FPS = 24.0
 ACTIVATION_KEYS = ("muscle_contraction", "muscle_names", "activations", "jaw", "head_transforms", "fps")
 MAP_ARRAY_KEYS = ("fat", "stiffness", "density", "paralysis")
 # The multipliers of μ and λ (stiffness) and of the density at painted weight 0 and 1.
 MAP_RANGE_KEYS = {"stiffness": "stiffness_range", "density": "density_range"}
-MAP_MULTIPLIER_LIMITS = (0.01, 100.0)
 MAP_NUMBER_KEYS = MAP_ARRAY_KEYS + tuple(MAP_RANGE_KEYS.values())
 MAP_KEYS = MAP_NUMBER_KEYS + ("paralysed_muscles",)
 JAW_PARAMETERS = 5
+# γ is the fibre's length ratio (1 = rest, 2 = shortened to half, 0.5 = stretched to twice its
+# length): the range reaches past anything muscle does. Beyond it the solve stops converging in
+# reasonable time (demo head, 3k tets, 2 frames with every muscle at γ: 0.5 7 s, 10 53 s, 0.25
+# 73 s, 0.1 and 1e6 no frame in 300 s).
+MUSCLE_CONTRACTION_RANGE = tuple(NUMBERS["muscle_contraction_range"])     # settings.json
+# The same bound for raw activation matrices: the eigenvalues γ⁻¹ and √γ of a contraction in range.
+ACTIVATION_EIGENVALUE_RANGE = (1.0 / MUSCLE_CONTRACTION_RANGE[1], MUSCLE_CONTRACTION_RANGE[1] ** 0.5)
 RIGID_TOLERANCE = 1e-6
 
 
@@ -95,22 +102,11 @@ class MapsInput:
 
 
 def read_npz(path, accepted_keys, what) -> dict:
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise AnimationInputError(f"{path}: no such {what} file.")
-    fix = "Write it with numpy.savez: numeric and str arrays only, no Python objects."
-    unreadable = (OSError, ValueError, zipfile.BadZipFile, EOFError)
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except unreadable as error:
-        raise AnimationInputError(f"{path}: not a readable {what} file ({error}). {fix}") from error
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise AnimationInputError(f"{path}: a single .npy array, not an .npz archive of named arrays. {fix}")
-    try:
-        with loaded:
-            arrays = {key: loaded[key] for key in loaded.files}
-    except unreadable as error:   # a damaged member, or a pickled object array
-        raise AnimationInputError(f"{path}: not a readable {what} file ({error}). {fix}") from error
+        arrays = read_npz_arrays(path)
+    except NpzReadError as error:
+        raise AnimationInputError(f"{error}: not a readable {what} file. Write it with numpy.savez: numeric and "
+                                  f"str arrays only, no Python objects.") from None
     unknown = sorted(set(arrays) - set(accepted_keys))
     if unknown:
         raise AnimationInputError(f"{unknown[0]}: not one of the keys of {what}.npz "
@@ -156,7 +152,7 @@ def _check_known_muscles(key, names, model):
 def _contraction_columns(arrays, model, frame_count) -> Tuple[np.ndarray, np.ndarray]:
     """muscle_contraction reordered into the model's muscle order, absent muscles at rest."""
     model_names = [str(name) for name in model["muscle_names"]]
-    fix = f"Give one contraction γ > 0 per muscle for each of the {frame_count} frames of jaw (1 = rest)."
+    fix = f"Give one contraction γ in [0.5, 10] per muscle for each of the {frame_count} frames of jaw (1 = rest)."
     if "muscle_names" in arrays:
         names = _names(arrays, "muscle_names")
         _check_known_muscles("muscle_names", names, model)
@@ -165,9 +161,11 @@ def _contraction_columns(arrays, model, frame_count) -> Tuple[np.ndarray, np.nda
     contraction = numeric_array(arrays, "muscle_contraction", (frame_count, len(names)),
                            fix + ("" if "muscle_names" in arrays else
                                   f" Without muscle_names the columns are the model's {len(names)} muscles, in order."))
-    if np.any(contraction <= 0.0):
-        raise AnimationInputError(f"muscle_contraction: contains values ≤ 0 (minimum {contraction.min():g}). "
-                                  f"γ is a length ratio: 1 = rest, > 1 contracts, between 0 and 1 stretches.")
+    low, high = MUSCLE_CONTRACTION_RANGE
+    if np.any(contraction < low) or np.any(contraction > high):
+        raise AnimationInputError(f"muscle_contraction: values must be in [{low:g}, {high:g}], found "
+                                  f"{contraction.min():g} … {contraction.max():g}. γ is the fibre's length ratio: "
+                                  f"1 = rest, 2 = shortened to half, 0.5 = stretched to twice its length.")
     in_model_order = np.ones((frame_count, len(model_names)))
     in_model_order[:, [model_names.index(name) for name in names]] = contraction
     return in_model_order, np.asarray(model_names)
@@ -179,6 +177,14 @@ def _raw_activations(arrays, model, frame_count) -> np.ndarray:
                            f"Give for each of the {frame_count} frames of jaw one 6-vector (xx, yy, zz, yz, xz, xy) "
                            f"per active tet: the model has {active_count} (muscle fraction > 0, by tet index).")
     check_positive_definite(activations, "activations")
+    low, high = ACTIVATION_EIGENVALUE_RANGE
+    outside = below_eigenvalue(activations, low) | below_eigenvalue(-activations, -high)
+    if np.any(outside):
+        frame, tet = np.argwhere(outside)[0]
+        raise AnimationInputError(f"activations: frame {frame}, active tet {tet} has an eigenvalue outside "
+                                  f"[{low:g}, {high:g}], past any muscle's contraction (γ in "
+                                  f"[{MUSCLE_CONTRACTION_RANGE[0]:g}, {MUSCLE_CONTRACTION_RANGE[1]:g}]). "
+                                  f"The neutral activation is (1, 1, 1, 0, 0, 0).")
     return activations
 
 
@@ -272,7 +278,7 @@ def load_maps(path, model) -> MapsInput:
             raise AnimationInputError(f"{key}: painted weights must be in [0, 1], found {values.min():g} … "
                                       f"{values.max():g}.")
         maps[key] = values
-    low, high = MAP_MULTIPLIER_LIMITS
+    low, high = PAINTED_MULTIPLIER_LIMITS
     for key, range_key in MAP_RANGE_KEYS.items():
         if (key in arrays) != (range_key in arrays):
             raise AnimationInputError(

@@ -19,8 +19,10 @@ same spread at 4k, 35k or 100k tets.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
@@ -28,8 +30,22 @@ import scipy.sparse as sp
 
 from ..model_file import model_landmarks
 
-DEFAULT_DIFFUSION_STEPS = 10
-DEFAULT_DIFFUSION_TIME_STEP_M2 = 3e-6
+# The settings' defaults and ranges, the multiplier limits and the presets live in
+# settings.json, which the Blender add-on reads too (its sliders and preset buttons).
+NUMBERS = json.loads((Path(__file__).with_name("settings.json")).read_text(encoding="utf-8"))
+_SETTINGS = NUMBERS["settings"]
+DEFAULT_DIFFUSION_STEPS = _SETTINGS["diffusion_steps"]["default"]
+DEFAULT_DIFFUSION_TIME_STEP_M2 = _SETTINGS["diffusion_time_step_m2"]["default"]
+FAT_SCALE_RANGE = tuple(_SETTINGS["fat_scale"]["range"])        # Phace's fat levels stop at 30 % growth
+MAX_DIFFUSION_STEPS = _SETTINGS["diffusion_steps"]["range"][1]
+DIFFUSION_TIME_STEP_RANGE_M2 = tuple(_SETTINGS["diffusion_time_step_m2"]["range"])
+# steps × time step: a painted point spreads by about √(2t); 1.25e-3 m² is 5 cm, past which a
+# map is a constant. Each step is split into substeps stable on the mesh (≈ 3e-7 m² on ICT's
+# 35k tets), so this also bounds the work: ~4,000 sparse products there. Time step 1 m² asked
+# for ~480k substeps a step.
+MAX_DIFFUSION_TIME_M2 = NUMBERS["max_diffusion_time_m2"]
+# The multipliers a painted stiffness or density map may reach at weight 0 and 1.
+PAINTED_MULTIPLIER_LIMITS = tuple(NUMBERS["painted_multiplier_range"])
 
 # Fat softens tissue (paper 000 §8): for its three levels of fattening the paper lowers μ to
 # 0.8, 0.5 and 0.3, and keeps μ = 1 for slimming. The paper does not give the scales of the
@@ -41,13 +57,65 @@ FAT_MU_MULTIPLIERS = (1.0, 0.8, 0.5, 0.3)
 # How much of that softening applies (the artist's "stiffness reduction" control): the μ
 # multiplier is 1 − f · (1 − m_paper), so 1 gives the paper's levels and 0 keeps grown tissue
 # as stiff as before; in between it blends linearly.
-DEFAULT_FAT_SOFTENING = 1.0
+DEFAULT_FAT_SOFTENING = _SETTINGS["fat_softening"]["default"]
 
 # Zombie (paper 000 §8, Fig. 13-e): heavier cheeks for sagging flesh (density 1 → 3 g/cm³),
 # stiffer tissue round the lips and eyes so muscles cannot pull the loose flesh too far, and
 # softer cheeks; the paper's final μ ranges over 0.7 – 5.7.
-ZOMBIE_STIFFNESS_RANGE = (0.7, 5.7)
-ZOMBIE_DENSITY_MAX = 3.0
+ZOMBIE_STIFFNESS_RANGE = tuple(NUMBERS["presets"]["zombie"]["stiffness_range"])
+ZOMBIE_DENSITY_MAX = NUMBERS["presets"]["zombie"]["density_range"][1]
+
+
+class MapSettingsError(ValueError):
+    """A map setting is out of range: `field` names it, `problem` says what is wrong, `fix` what
+    to do (the requests show it under each front door's spelling)."""
+
+    def __init__(self, field: str, problem: str, fix: str):
+        self.field, self.problem, self.fix = field, problem, fix
+        super().__init__(f"{field}: {problem}. Fix: {fix}.")
+
+
+def _setting(value, field: str, low, high, meaning: str = "", whole: bool = False):
+    """`value` as a finite number (an integer when `whole`) in [low, high], or MapSettingsError
+    worded as the requests word every range (requests/fields.py)."""
+    kind = int if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) \
+            or not low <= value <= high:
+        if whole:
+            raise MapSettingsError(field, f"expected a whole number in [{low}, {high}], found {value!r}",
+                                   "give an integer in that range")
+        raise MapSettingsError(field, f"expected a number in [{low:g}, {high:g}], found {value!r}",
+                               "give a finite number in that range" + (f" ({meaning})" if meaning else ""))
+    return int(value) if whole else float(value)
+
+
+@dataclass(frozen=True)
+class MapSettings:
+    """How the painted maps act, checked once here for every front door: `fat_scale` S (grown
+    fat is s = 1 + (S − 1) fat), `fat_softening` (how much grown fat softens, `fat_plasticity`),
+    and the diffusion that carries every map into the volume (`diffusion_steps` steps of
+    `diffusion_time_step_m2`)."""
+    fat_scale: float = 1.0
+    fat_softening: float = DEFAULT_FAT_SOFTENING
+    diffusion_steps: int = DEFAULT_DIFFUSION_STEPS
+    diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2
+
+    def __post_init__(self):
+        put = object.__setattr__
+        put(self, "fat_scale", _setting(self.fat_scale, "fat_scale", *FAT_SCALE_RANGE,
+                                        "1 = unchanged, above 1 fattens, below 1 slims"))
+        put(self, "fat_softening", _setting(self.fat_softening, "fat_softening", 0.0, 1.0,
+                                            "1 = the paper's softening of grown fat, 0 = none"))
+        put(self, "diffusion_steps", _setting(self.diffusion_steps, "diffusion_steps", 0, MAX_DIFFUSION_STEPS,
+                                              whole=True))
+        put(self, "diffusion_time_step_m2", _setting(self.diffusion_time_step_m2, "diffusion_time_step_m2",
+                                                     *DIFFUSION_TIME_STEP_RANGE_M2, "a squared length, m²"))
+        spread = self.diffusion_steps * self.diffusion_time_step_m2
+        if spread > MAX_DIFFUSION_TIME_M2:
+            raise MapSettingsError("diffusion_time_step_m2",
+                                   f"{self.diffusion_steps} steps of {self.diffusion_time_step_m2:g} m² spread a "
+                                   f"painted point over {(2 * spread) ** 0.5 * 100:.0f} cm, past any face",
+                                   f"keep steps × time step at most {MAX_DIFFUSION_TIME_M2:g} m² (5 cm)")
 
 
 class VolumetricLaplacian:
@@ -181,28 +249,17 @@ class FatPlasticity:
     mu_multiplier: np.ndarray    # (M,) μ reduction for the added fat (1 where nothing grows)
 
 
-def check_fat_softening(fat_softening) -> float:
-    """`fat_softening` as a float in [0, 1], or ValueError saying what it means."""
-    if isinstance(fat_softening, bool) or not isinstance(fat_softening, (int, float)) \
-            or not (math.isfinite(fat_softening) and 0.0 <= fat_softening <= 1.0):
-        raise ValueError(f"fat_softening must be in [0, 1] (1 = the paper's softening of grown fat, 0 = none), "
-                         f"got {fat_softening!r}")
-    return float(fat_softening)
-
-
-def fat_plasticity(per_tet_fat, fat_scale: float, fat_softening: float = DEFAULT_FAT_SOFTENING) -> FatPlasticity:
+def fat_plasticity(per_tet_fat, settings: MapSettings = MapSettings()) -> FatPlasticity:
     """Plastic scale and fat softening from a per-tet fat amount in [0, 1].
 
-    s_i = 1 + (S − 1) · fat_i with S = fat_scale: S > 1 fattens, S < 1 slims, fat = 0 tets
-    keep their shape. μ follows `FAT_GROWTH_LEVELS` → `FAT_MU_MULTIPLIERS` in the growth
-    s_i − 1, scaled by `fat_softening` f: μ_i = 1 − f (1 − m(s_i − 1)); slimming keeps μ
+    s_i = 1 + (S − 1) · fat_i with S = settings.fat_scale: S > 1 fattens, S < 1 slims, fat = 0
+    tets keep their shape. μ follows `FAT_GROWTH_LEVELS` → `FAT_MU_MULTIPLIERS` in the growth
+    s_i − 1, scaled by f = settings.fat_softening: μ_i = 1 − f (1 − m(s_i − 1)); slimming keeps μ
     (the paper keeps μ = 1 for slimming).
     """
     fat = _check_per_tet("per_tet_fat", per_tet_fat, unit_interval=True)
-    if not (math.isfinite(fat_scale) and fat_scale > 0.0):
-        raise ValueError(f"fat_scale must be > 0 (1 = unchanged, > 1 fattens, < 1 slims), got {fat_scale!r}")
-    softening = check_fat_softening(fat_softening)
-    plastic_scale = 1.0 + (fat_scale - 1.0) * fat
+    softening = settings.fat_softening
+    plastic_scale = 1.0 + (settings.fat_scale - 1.0) * fat
     growth = np.maximum(plastic_scale - 1.0, 0.0)
     paper = np.interp(growth, FAT_GROWTH_LEVELS, FAT_MU_MULTIPLIERS)
     return FatPlasticity(plastic_scale, 1.0 - softening * (1.0 - paper))
@@ -269,16 +326,14 @@ class MaterialMaps:
     paralysed_muscles: Tuple[str, ...] = ()             # muscles switched off by name
 
 
-def material_maps(model, fat=None, stiffness=None, density=None, paralysis=None, fat_scale: float = 1.0,
-                  steps: int = DEFAULT_DIFFUSION_STEPS,
-                  time_step: float = DEFAULT_DIFFUSION_TIME_STEP_M2,
-                  fat_softening: float = DEFAULT_FAT_SOFTENING, paralysed_muscles=()) -> MaterialMaps:
+def material_maps(model, fat=None, stiffness=None, density=None, paralysis=None,
+                  settings: MapSettings = MapSettings(), paralysed_muscles=()) -> MaterialMaps:
     """Diffuse the given per-skin-vertex maps (any may be None) and turn them into material.
 
     Fat and paralysis diffuse toward 0, stiffness and density toward 1 (unpainted tissue is
     unchanged). Diffusion conserves the mass-weighted integral and does not create extrema,
-    so the per-tet values stay in the ranges the skin values were in. `steps` and
-    `time_step` (m²) are the diffusion of every map; `fat_softening` see `fat_plasticity`.
+    so the per-tet values stay in the ranges the skin values were in. `settings` holds the fat
+    scale and softening (`fat_plasticity`) and the diffusion of every map.
     """
     tet_count = len(model["tets"])
     painted = any(values is not None for values in (fat, stiffness, density, paralysis))
@@ -287,9 +342,10 @@ def material_maps(model, fat=None, stiffness=None, density=None, paralysis=None,
     def per_tet(values, background):
         if values is None:
             return np.full(tet_count, float(background))
-        return diffuse_skin_map(model, values, steps, time_step, background, laplacian)
+        return diffuse_skin_map(model, values, settings.diffusion_steps, settings.diffusion_time_step_m2,
+                                background, laplacian)
 
-    fat_effect = fat_plasticity(np.clip(per_tet(fat, 0.0), 0.0, 1.0), fat_scale, fat_softening)
+    fat_effect = fat_plasticity(np.clip(per_tet(fat, 0.0), 0.0, 1.0), settings)
     lame = stiffness_multiplier(per_tet(stiffness, 1.0), fat_effect.mu_multiplier)
     return MaterialMaps(
         plastic_scale=fat_effect.plastic_scale,

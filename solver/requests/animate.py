@@ -18,11 +18,12 @@ import contextlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from ..physics.maps import DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING
+from ..physics.maps import (DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2, DEFAULT_FAT_SOFTENING,
+                            MapSettings, MapSettingsError)
 from . import fields as check
 from .fields import RequestError
 
@@ -30,14 +31,6 @@ COLLISION_KINDS = ("teeth", "lips")
 CONTACT_SOLVERS = ("newton", "ipopt")
 # Ranges: each is what an artist can mean and the solver can do in reasonable time.
 MAX_SUBSTEPS = 100              # each substep is a full Newton solve of the frame
-FAT_SCALE_RANGE = (0.5, 1.5)    # the Fat panel's slider; Phace's levels stop at 30 % growth
-MAX_DIFFUSION_STEPS = 1000
-DIFFUSION_TIME_STEP_RANGE_M2 = (1e-9, 1e-3)
-# steps × time step: a painted point spreads by about √(2t); 1.25e-3 m² is 5 cm, past which a
-# map is a constant. Each step is split into substeps stable on the mesh (≈ 3e-7 m² on ICT's
-# 35k tets), so this also bounds the work: ~4,000 sparse products there. Time step 1 m² asked
-# for ~480k substeps a step.
-MAX_DIFFUSION_TIME_M2 = 1.25e-3
 # Wind pressure ½ ρ v² at 30 m/s is 540 Pa, half the tissue's shear modulus (1 kPa): a storm
 # that flattens the cheeks. At 1e9 m/s no frame converged.
 MAX_WIND_SPEED = 30.0
@@ -75,6 +68,7 @@ class AnimateRequest:
     collisions: tuple = ()
     contact_solver: str = "newton"
     teeth_padding_m: Optional[float] = None  # None: the solver's default (collisions/teeth.py)
+    map_settings: MapSettings = field(init=False, default=None)     # the four above, checked (maps.py)
 
     def __post_init__(self):
         def put(name, value):
@@ -97,19 +91,13 @@ class AnimateRequest:
         put("substeps", check.whole_number(self.substeps, "substeps", 1, MAX_SUBSTEPS))
         if self.wind is not None:
             put("wind", check.vector3(self.wind, "wind", MAX_WIND_SPEED, "m/s"))
-        put("fat_scale", check.number(self.fat_scale, "fat_scale", *FAT_SCALE_RANGE,
-                                      meaning="1 = unchanged, above 1 fattens, below 1 slims"))
-        put("fat_softening", check.number(self.fat_softening, "fat_softening", 0.0, 1.0,
-                                          meaning="1 = the paper's softening of grown fat, 0 = none"))
-        put("diffusion_steps", check.whole_number(self.diffusion_steps, "diffusion_steps", 0, MAX_DIFFUSION_STEPS))
-        put("diffusion_time_step_m2", check.number(self.diffusion_time_step_m2, "diffusion_time_step_m2",
-                                                   *DIFFUSION_TIME_STEP_RANGE_M2, meaning="a squared length, m²"))
-        spread = self.diffusion_steps * self.diffusion_time_step_m2
-        if spread > MAX_DIFFUSION_TIME_M2:
-            raise RequestError("diffusion_time_step_m2",
-                               f"{self.diffusion_steps} steps of {self.diffusion_time_step_m2:g} m² spread a painted "
-                               f"point over {(2 * spread) ** 0.5 * 100:.0f} cm, past any face",
-                               f"keep steps × time step at most {MAX_DIFFUSION_TIME_M2:g} m² (5 cm)")
+        try:
+            settings = MapSettings(self.fat_scale, self.fat_softening, self.diffusion_steps, self.diffusion_time_step_m2)
+        except MapSettingsError as error:
+            raise RequestError(error.field, error.problem, error.fix) from None
+        put("map_settings", settings)
+        for name in ("fat_scale", "fat_softening", "diffusion_steps", "diffusion_time_step_m2"):
+            put(name, getattr(settings, name))
         put("collisions", check.choices(self.collisions, "collisions", COLLISION_KINDS))
         put("contact_solver", check.choice(self.contact_solver, "contact_solver", CONTACT_SOLVERS))
         if self.teeth_padding_m is not None:
@@ -179,12 +167,24 @@ def collision_scene(model, report, collisions=(), colliders=(), lip_vertices=Non
     return scene
 
 
+def _input_file(field: str, load, path, model):
+    """`load(path, model)`, its AnimationInputError shown as the request's field, with the fix."""
+    from ..physics.inputs import AnimationInputError
+    try:
+        return load(path, model)
+    except AnimationInputError as error:
+        problem = str(error).rstrip(".").removeprefix(f"{path}: ")
+        raise RequestError(field, f"{Path(path).name}: {problem}",
+                           "correct the file as the message says (its keys are listed in "
+                           "solver/physics/inputs.py and docs/addon.md)") from None
+
+
 def _animation(model, request: AnimateRequest, report):
     """(activations, skin detail, rig offset, skin filter) of the request: the activations file,
     or the weights blended through the fit with the muscle layer on top."""
     from ..physics.inputs import load_activations
     if request.fit is None:
-        return load_activations(request.activations, model), None, None, None
+        return _input_file("activations", load_activations, request.activations, model), None, None, None
     from ..inverse.blend import blend, load_weights, skin_filter_for, with_muscle_layer
     from ..inverse.fit_file import fit_energy_warning, load_fit
     fit = load_fit(request.fit, model)
@@ -197,7 +197,8 @@ def _animation(model, request: AnimateRequest, report):
             report.warning(warning)
     activations = blended.activations
     if request.activations is not None:
-        activations = with_muscle_layer(model, activations, load_activations(request.activations, model))
+        activations = with_muscle_layer(model, activations,
+                                        _input_file("activations", load_activations, request.activations, model))
     return activations, blended.detail if with_detail else None, blended.rig_offset, skin_filter
 
 
@@ -211,7 +212,7 @@ def run_animate(request: AnimateRequest, report) -> dict:
     from ..physics.simulator import SimulationSettings
     model = load_model(request.model)
     activations, detail, rig_offset, skin_filter = _animation(model, request, report)
-    maps = load_maps(request.maps, model) if request.maps is not None else None
+    maps = _input_file("maps", load_maps, request.maps, model) if request.maps is not None else None
     simulation = SimulationSettings(dynamic=request.dynamic, gravity=request.gravity, fps=activations.fps,
                                     substeps=request.substeps, wind=request.wind,
                                     contact_solver=request.contact_solver)
@@ -244,10 +245,8 @@ def run_animate(request: AnimateRequest, report) -> dict:
     workspace = Path(tempfile.mkdtemp(prefix=f".{output.stem}.", suffix=".partial", dir=output.resolve().parent))
     try:
         result = animate(model, activations, workspace / "result.npz", settings=simulation, maps=maps,
-                         fat_scale=request.fat_scale, progress=on_frame, skin_detail=detail, collisions=collisions,
-                         diffusion_steps=request.diffusion_steps,
-                         diffusion_time_step_m2=request.diffusion_time_step_m2,
-                         fat_softening=request.fat_softening, rig_offset=rig_offset, skin_filter=skin_filter)
+                         map_settings=request.map_settings, progress=on_frame, skin_detail=detail,
+                         collisions=collisions, rig_offset=rig_offset, skin_filter=skin_filter)
         os.replace(workspace / "result.pc2", cache)
         os.replace(workspace / "result.npz", output)
     finally:
