@@ -73,7 +73,7 @@ def _make_active(obj) -> None:
 def bake_file(blend: str, object_names, solver_python: str, output: str) -> int:
     """Bake each object as its Bake button does (workflow.start_bake_job → apply_bake), then save."""
     import bpy
-    from . import scene_export, workflow
+    from . import workflow
     objects, failures = _open_file(blend, object_names, solver_python)
     if not objects:
         return 1
@@ -82,7 +82,6 @@ def bake_file(blend: str, object_names, solver_python: str, output: str) -> int:
     for obj in objects:
         _make_active(obj)
         print(f"baking {obj.name} …", flush=True)
-        first = scene_export.frame_range(bpy.context, obj.face_physics)[0]
         try:
             job = workflow.start_bake_job(_Reports(obj.name), bpy.context, obj)
         except (RuntimeError, ValueError, OSError) as error:
@@ -92,7 +91,7 @@ def bake_file(blend: str, object_names, solver_python: str, output: str) -> int:
             failures += 1
             continue
         try:
-            frames = workflow.apply_bake(obj, job, first)
+            frames = workflow.apply_bake(job)
             print(f"{obj.name}: baked {frames} frames ({job.result.get('message', '')})", flush=True)
         except (RuntimeError, ValueError, OSError, KeyError) as error:
             print(f"{obj.name}: could not apply the bake: {error}", file=sys.stderr)

@@ -39,6 +39,7 @@ class Job:
         # Per finished shape of a fit: {"shape", "error_mm", "status", "context", "start"}; shown while the
         # fit runs and kept out of the scene until it succeeds.
         self.finished_shapes: List[dict] = []
+        self.plan = None                           # where the result goes, fixed at the start (workflow.BakePlan)
         self.outcome: Optional[str] = None         # 'FINISHED' | 'CANCELLED' | 'FAILED'
         self.process = SolverProcess(command, env=solver_environment.solver_environment())
         _current = self

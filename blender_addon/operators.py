@@ -152,13 +152,10 @@ class FACE_PHYSICS_OT_bake(_SolverJobOperator, bpy.types.Operator):
         return _built_model_poll(cls, context)
 
     def start(self, context):
-        obj = skin_object(context)
-        self._object_name = obj.name
-        self._first = scene_export.frame_range(context, obj.face_physics)[0]
-        return workflow.start_bake_job(self, context, obj)
+        return workflow.start_bake_job(self, context, skin_object(context))
 
     def apply(self, context, job):
-        frames = workflow.apply_bake(bpy.data.objects[self._object_name], job, self._first)
+        frames = workflow.apply_bake(job)
         self.report({'INFO'}, f"Face Physics: baked {frames} frames ({job.result.get('message', '')})")
 
 

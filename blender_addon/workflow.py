@@ -4,6 +4,7 @@ the farm command line (cli.py) and the tests all call these, so a farm bake is t
 Nothing here changes the scene before a job has succeeded, except `apply_*`."""
 
 import os
+from dataclasses import dataclass
 from typing import List, Optional
 
 import bpy
@@ -147,16 +148,35 @@ def bake_preflight(context, obj) -> List[Finding]:
     return findings
 
 
-def write_bake_job(operator, context, obj):
-    """Export the animation into a new animate job folder and return it, or None when a
-    finding stops the bake (reported on `operator`). With a fit, the shape keys' values drive
-    the face (and moving muscle sliders add on top); without one, the muscle contractions."""
+@dataclass(frozen=True)
+class BakePlan:
+    """Where a bake's frames go, fixed when it starts: changing the frame range, the bake target
+    or the scene units while the solver runs does not move them."""
+    object_name: str
+    first_frame: int
+    last_frame: int
+    target: str
+    metres_per_unit: float
+
+    @staticmethod
+    def of(context, obj) -> "BakePlan":
+        settings = obj.face_physics
+        first, last = scene_export.frame_range(context, settings)
+        return BakePlan(obj.name, first, last, settings.bake_target, settings.metres_per_unit)
+
+
+def write_bake_job(operator, context, obj, plan: Optional[BakePlan] = None):
+    """Export the animation of `plan` (default: the object's settings now) into a new animate
+    job folder and return it, or None when a finding stops the bake (reported on `operator`).
+    With a fit, the shape keys' values drive the face (and moving muscle sliders add on top);
+    without one, the muscle contractions."""
+    plan = plan or BakePlan.of(context, obj)
     storage.cache_path(obj)
     if report_findings(operator, bake_preflight(context, obj)):
         return None
     settings = obj.face_physics
-    first, last = scene_export.frame_range(context, settings)
-    metres = settings.metres_per_unit
+    first, last = plan.first_frame, plan.last_frame
+    metres = plan.metres_per_unit
     samples = scene_export.sample_frames(context, obj, first, last)
     use_fit = settings.animation_source == 'SHAPE_KEYS' and bool(fit_file(obj))
     findings, weights = [], None
@@ -186,13 +206,16 @@ def write_bake_job(operator, context, obj):
 
 def start_bake_job(operator, context, obj):
     """Write the bake's job folder (`write_bake_job`) and start the solver on it (shared with
-    the farm bake); None when a finding stopped it."""
-    job_dir = write_bake_job(operator, context, obj)
+    the farm bake); None when a finding stopped it. The job carries its `BakePlan`, which
+    `apply_bake` follows."""
+    plan = BakePlan.of(context, obj)
+    job_dir = write_bake_job(operator, context, obj, plan)
     if job_dir is None:
         return None
-    first, last = scene_export.frame_range(context, obj.face_physics)
-    return Job(f"bake {last - first + 1} frames",
-               solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+    job = Job(f"bake {plan.last_frame - plan.first_frame + 1} frames",
+              solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
+    job.plan = plan
+    return job
 
 
 def start_fat_preview_job(operator, context, obj):
@@ -263,10 +286,13 @@ def apply_fit(obj, job) -> None:
     refresh_fit_list(obj)
 
 
-def apply_bake(obj, job, first_frame: int) -> int:
-    """Write a succeeded bake job's frames to the object's bake target from `first_frame` (the
-    Bake operator's and the farm bake's last step); returns the number of frames."""
+def apply_bake(job) -> int:
+    """Write a succeeded bake job's frames where its plan says (the Bake operator's and the farm
+    bake's last step); returns the number of frames."""
+    plan = job.plan
+    obj = bpy.data.objects.get(plan.object_name)
+    if obj is None:
+        raise RuntimeError(f"the object {plan.object_name!r} the bake was started on is gone")
     positions = job_files.read_result_positions(job.job_dir)
-    settings = obj.face_physics
-    bake.apply_bake(obj, settings.bake_target, positions, first_frame, settings.metres_per_unit)
+    bake.apply_bake(obj, plan.target, positions, plan.first_frame, plan.metres_per_unit)
     return len(positions)

@@ -139,7 +139,7 @@ def test_the_panels_ranges_are_the_ones_the_solver_accepts(addon):
     for name, setting in (("fat_scale", "fat_scale"), ("fat_softening", "fat_softening"),
                           ("diffusion_steps", "diffusion_steps"), ("diffusion_time_step", "diffusion_time_step_m2")):
         assert properties[name].default == pytest.approx(getattr(defaults, setting)), name
-    contraction = bpy.types.FACE_PHYSICS_PG_muscle.bl_rna.properties["contraction"]
+    contraction = properties["muscles"].fixed_type.properties["contraction"]
     assert (contraction.hard_min, contraction.hard_max) == pytest.approx(inputs.MUSCLE_CONTRACTION_RANGE)
 
 
@@ -702,6 +702,29 @@ class _Reports:      # what an operator provides to the shared job functions
 
     def report(self, kind, message):
         self.reports.append((kind, message))
+
+
+def test_a_bake_applies_where_it_was_started_whatever_changes_meanwhile(scene):
+    """The frame range, bake target and units are read once, when the bake starts (its BakePlan):
+    changing them while the solver runs does not move or retarget the frames."""
+    from blender_addon import cli, workflow
+    obj = scene["object"]
+    settings = obj.face_physics
+    saved = (settings.use_scene_range, settings.frame_start, settings.frame_end, settings.bake_target)
+    settings.use_scene_range, settings.frame_start, settings.frame_end, settings.bake_target = False, 7, 8, 'PC2'
+    try:
+        job = workflow.start_bake_job(_Reports(), bpy.context, obj)
+        assert job is not None and job.plan.first_frame == 7 and job.plan.target == 'PC2'
+        settings.frame_start, settings.frame_end, settings.bake_target = 1, 3, 'SHAPE_KEYS'
+        keys_before = len(obj.data.shape_keys.key_blocks)
+        assert cli._waited(obj, job)
+        assert workflow.apply_bake(job) == 2
+        job.close()
+        modifier = obj.modifiers["Face Physics cache"]
+        assert modifier.frame_start == pytest.approx(7.0)
+        assert len(obj.data.shape_keys.key_blocks) == keys_before, "no shape keys for a PC2 bake"
+    finally:
+        settings.use_scene_range, settings.frame_start, settings.frame_end, settings.bake_target = saved
 
 
 def test_painted_lip_groups_replace_the_solvers_automatic_lips(scene):
