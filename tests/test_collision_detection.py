@@ -354,6 +354,36 @@ def test_lower_lip_moved_up_through_the_upper_lip_is_detected(small_demo_model, 
     assert measure.per_collider["upper_lip"] == len(np.unique(contacts.vertex[through_upper]))
 
 
+def test_lip_contact_fades_in_across_the_mouth_corner_zone(small_demo_model, demo_scene):
+    """Next to the corners a lip vertex may lie inside the other lip, CORNER_FADE_DEPTH·w at the
+    untested zone's edge, smoothly less outwards, none past CORNER_FADE_REACH·w (lips.corner_fade):
+    a contact that starts at full strength where the untested corner ends folds the skin there."""
+    from solver.collisions import lips as lip_module
+    from solver.model_file import model_landmarks
+    width = 0.05
+    distance = np.linspace(0.0, 0.3, 301) * width
+    fade = lip_module.corner_fade(distance, width)
+    start, end = lip_module.CORNER_REACH * width, lip_module.CORNER_FADE_REACH * width
+    assert fade[distance <= start] == pytest.approx(lip_module.CORNER_FADE_DEPTH * width)
+    assert np.all(fade[distance >= end] == 0.0)
+    assert np.all(np.diff(fade) <= 0.0) and np.abs(np.diff(fade)).max() < 0.1 * lip_module.CORNER_FADE_DEPTH * width
+    # in the scene, the fade is the lip colliders' allowance on top of the rest depth, and only theirs
+    lips = demo_scene.lips
+    marks = model_landmarks(small_demo_model)
+    mouth = float(np.linalg.norm(marks["mouth_corner_L"] - marks["mouth_corner_R"]))
+    skin = small_demo_model["skin_vertices"]
+    corner = np.minimum(np.linalg.norm(skin - marks["mouth_corner_L"], axis=1),
+                        np.linalg.norm(skin - marks["mouth_corner_R"], axis=1))
+    np.testing.assert_allclose(lips.corner_allowance, lip_module.corner_fade(corner, mouth))
+    raw = CollisionScene(small_demo_model, rest_allowance=False)
+    for index, name in enumerate(raw.names):
+        expected = lips.corner_allowance if name.endswith("_lip") else 0.0
+        np.testing.assert_allclose(raw.allowance[index], expected)
+    # the tested lip vertices nearest the corners are inside the fade
+    for tested in (lips.upper_tested, lips.lower_tested):
+        assert lips.corner_allowance[tested[np.argmin(corner[tested])]] > 0.0
+
+
 def box_teeth(region_faces=("front", "bottom"), bone="jaw"):
     """A 20 × 10 × 5 mm box as a teeth proxy (x sideways, y up, z forward; lower teeth unless
     `bone` is "skull"): its labial region is the front face (z = 5 mm), its biting edge the

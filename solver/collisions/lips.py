@@ -29,7 +29,12 @@ MAX_DEPTH·w (paper 001 §3.1 limits contact depth the same way), so no far part
 ever counts as inside. The plane normal is the region's pseudo-normal at the projection, so
 it always faces the other lip (a push direction p − x can tilt away near the region's
 edges on the inner, sloping lip). Vertices within CORNER_REACH·w of a mouth corner are not tested:
-the lips are joined there and "behind the other lip" has no meaning. The lips deform, so
+the lips are joined there and "behind the other lip" has no meaning. Beyond that the contact
+fades in: out to CORNER_FADE_REACH·w a vertex may lie up to CORNER_FADE_DEPTH·w deep, the
+allowance falling smoothly (smoothstep) to zero (``LipSurfaces.corner_allowance``, added to the
+scene's rest allowance). A contact that starts at full strength where the untested zone ends
+pushes the lip next to the corner out while the corner itself follows the rig, and the step
+between them folds the sub-millimetre triangles there (docs/performance.md). The lips deform, so
 each detection refits the region's hierarchy to the current skin positions, and the facing
 rule is applied again to the plane: its normal must still lie within acos(REGION_MIN_FACING)
 of the direction towards the other lip (carried by the skull). Where a lip has rolled in, its
@@ -62,6 +67,8 @@ SLIT_BINS = 16
 REGION_MIN_FACING = 0.3
 REGION_VERTICAL_REACH = 0.15
 CORNER_REACH = 0.1
+CORNER_FADE_REACH = 0.2
+CORNER_FADE_DEPTH = 0.05
 MAX_DEPTH = 0.15
 # On the open border of a region only points within 45° of straight behind it count.
 BORDER_CONE_COS = math.cos(math.radians(45.0))
@@ -86,6 +93,7 @@ class LipSurfaces:
     lower_tested: np.ndarray
     max_depth: float                # metres
     source: str                     # "slit walls", "landmarks" or "vertex groups"
+    corner_allowance: np.ndarray    # (V,) metres a skin vertex may lie inside the other lip
 
 
 def _landmarks(model):
@@ -191,7 +199,17 @@ def find_lip_surfaces(model: dict, lip_vertices: Optional[tuple] = None) -> LipS
         upper_region=lips["upper"][2], lower_region=lips["lower"][2],
         upper_tested=lips["upper"][3], lower_tested=lips["lower"][3],
         max_depth=MAX_DEPTH * width, source=source,
+        corner_allowance=corner_fade(corner_distance, width),
     )
+
+
+def corner_fade(corner_distance: np.ndarray, width: float) -> np.ndarray:
+    """How deep (metres) a lip vertex `corner_distance` from the nearer mouth corner may lie
+    inside the other lip: CORNER_FADE_DEPTH·w at CORNER_REACH·w, falling as a smoothstep to 0 at
+    CORNER_FADE_REACH·w."""
+    start, end = CORNER_REACH * width, CORNER_FADE_REACH * width
+    t = np.clip((np.asarray(corner_distance, dtype=np.float64) - start) / (end - start), 0.0, 1.0)
+    return CORNER_FADE_DEPTH * width * (1.0 - t * t * (3.0 - 2.0 * t))
 
 
 def _line_from_walls(slit, centre, frame, corners_local, width):

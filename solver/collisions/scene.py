@@ -11,7 +11,8 @@ by a hair. Pushing those vertices out would change the neutral face, so for the 
 colliders (teeth and lips) each skin vertex may stay as deep as it was in the rest pose
 (skin at rest, bones at identity): its plane is moved inwards by that rest depth and a
 contact is reported only beyond it (REST_TOLERANCE). The neutral face therefore has no
-contacts, and a vertex never gets deeper than at rest. External props get no allowance.
+contacts, and a vertex never gets deeper than at rest. The lips add their corner fade
+(``lips.corner_fade``) to this allowance. External props get no allowance.
 
 Which skin meets the teeth: the lips (paper 000 §4 handles collisions "between lips and the
 teeth and between the upper and lower lip"). The rest of the mouth-socket lining lies on the
@@ -30,7 +31,7 @@ import numpy as np
 from ..model_file import model_head_axes
 from ..npz_files import NpzReadError, read_npz
 from .contacts import BonePose, Collider, ContactPlanes
-from .lips import LipSurfaceError, LipSurfaces, find_lip_surfaces, lip_colliders
+from .lips import LipCollider, LipSurfaceError, LipSurfaces, find_lip_surfaces, lip_colliders
 from .teeth import DEFAULT_PAD, DEFAULT_SPACING, TeethCollider, teeth_proxies
 from .teeth_shadow import TeethShadow
 
@@ -95,6 +96,9 @@ class CollisionScene:
             for index, collider in enumerate(own):
                 found = collider.detect(self.skin_rest, rest_pose, index)
                 np.maximum.at(self.allowance[index], found.vertex, found.depth)
+        for index, collider in enumerate(own):
+            if isinstance(collider, LipCollider):
+                self.allowance[index] += self.lips.corner_allowance     # the contact fades in near the corners
 
     def _teeth_vertices(self, model, choice, lip_vertices) -> Optional[np.ndarray]:
         if not isinstance(choice, str):
