@@ -18,22 +18,42 @@ bl_info = {
 _registered = []
 
 
+def _stop_job_before_load(*_):
+    from . import job_runner
+    job_runner.stop_current_job()
+
+
+def _stop_job_at_exit():
+    from . import job_runner
+    try:
+        job_runner.stop_current_job()
+    except Exception:       # noqa: BLE001 — Blender is shutting down; the process is stopped either way
+        pass
+
+
 def register():
-    from . import operators, panels, preferences, properties
+    import atexit
+
     import bpy
+    from . import operators, panels, preferences, properties
     properties.register()
     for cls in preferences.CLASSES + operators.CLASSES + panels.CLASSES:
         bpy.utils.register_class(cls)
         _registered.append(cls)
+    # Opening another file or quitting stops the running job and reaps its process group.
+    bpy.app.handlers.load_pre.append(bpy.app.handlers.persistent(_stop_job_before_load))
+    atexit.register(_stop_job_at_exit)
 
 
 def unregister():
+    import atexit
+
     import bpy
     from . import job_runner, properties
-    job = job_runner.current_job()
-    if job is not None:
-        job.cancel()
-        job.close()
+    job_runner.stop_current_job()
+    if _stop_job_before_load in bpy.app.handlers.load_pre:
+        bpy.app.handlers.load_pre.remove(_stop_job_before_load)
+    atexit.unregister(_stop_job_at_exit)
     while _registered:
         bpy.utils.unregister_class(_registered.pop())
     properties.unregister()

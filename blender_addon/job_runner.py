@@ -24,6 +24,19 @@ def current_job() -> Optional["Job"]:
     return _current
 
 
+def stop_current_job() -> None:
+    """Cancel the running job, if any, wait until its process group has ended (killed after the
+    grace period) and forget it. Opening another .blend, quitting Blender or disabling the
+    add-on calls this: no solver or fit worker outlives the file it was started for, and the
+    next file does not inherit a stale "a job is running"."""
+    job = _current
+    if job is None:
+        return
+    job.cancel()
+    job.process.wait()
+    job.close()
+
+
 class Job:
     def __init__(self, description: str, command: List[str], job_dir=None, keep_folder: bool = False):
         global _current

@@ -8,8 +8,8 @@ mode (no window, farm bakes, tests) the same job runs to the end in the operator
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from . import (fat_preview, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment,
-               solver_numbers, workflow)
+from . import (fat_preview, job_files, job_runner, muscle_overlay, preflight, preferences, scene_export,
+               solver_environment, solver_numbers, workflow)
 from .job_runner import Job, current_job
 from .workflow import skin_object
 
@@ -83,6 +83,12 @@ class _SolverJobOperator:
                                               f"({job.fraction:.0%})   Esc to cancel")
             self._redraw(context)
         return {'PASS_THROUGH'}
+
+    def cancel(self, context):
+        """Blender ends the modal run (another file opened, the window closed): the job stops
+        with it, and nothing is applied."""
+        if self._job is not None and self._job is job_runner.current_job():
+            job_runner.stop_current_job()
 
     @staticmethod
     def _redraw(context):

@@ -527,6 +527,19 @@ def _bake_the_keyed_shape_keys(obj, monkeypatch, tmp_path, capfd):
     assert _user_data(obj) == user_data
 
 
+def test_opening_another_file_or_disabling_stops_the_running_job(tmp_path):
+    """No solver outlives the file it was started for: load_pre (and disabling the add-on) cancel
+    and reap the running job, and the next file shows no job running (a fresh Blender process,
+    since opening a file would replace this module's scene)."""
+    report = tmp_path / "load.json"
+    child = subprocess.run([sys.executable, str(ROOT / "tests" / "addon_load_child.py"), str(report)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0 and report.is_file(), child.stderr
+    results = json.loads(report.read_text())
+    assert results == {"alive_before": True, "alive_after_load": False, "job_after_load": False,
+                       "running_flag_after_load": False, "alive_after_disable": False}, results
+
+
 def _draw_panels(tmp_path, blend, object_name, solver_python):
     report = tmp_path / "draw.json"
     child = subprocess.run([sys.executable, str(ROOT / "tests" / "addon_draw_child.py"), str(blend), object_name,
