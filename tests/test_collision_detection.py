@@ -354,10 +354,11 @@ def test_lower_lip_moved_up_through_the_upper_lip_is_detected(small_demo_model, 
     assert measure.per_collider["upper_lip"] == len(np.unique(contacts.vertex[through_upper]))
 
 
-def test_lip_contact_fades_in_across_the_mouth_corner_zone(small_demo_model, demo_scene):
-    """Next to the corners a lip vertex may lie inside the other lip, CORNER_FADE_DEPTH·w at the
-    untested zone's edge, smoothly less outwards, none past CORNER_FADE_REACH·w (lips.corner_fade):
-    a contact that starts at full strength where the untested corner ends folds the skin there."""
+def test_the_shown_lips_may_overlap_next_to_the_corners_as_the_rigs_do(small_demo_model, demo_scene):
+    """Next to the corners a shown lip vertex may lie inside the other lip, CORNER_FADE_DEPTH·w at
+    the untested zone's edge, smoothly less outwards, none past CORNER_FADE_REACH·w
+    (lips.corner_fade): pinned apart at full strength where the untested corner ends, the shown
+    skin folded there. The simulation's contact does not fade."""
     from solver.collisions import lips as lip_module
     from solver.model_file import model_landmarks
     width = 0.05
@@ -367,7 +368,7 @@ def test_lip_contact_fades_in_across_the_mouth_corner_zone(small_demo_model, dem
     assert fade[distance <= start] == pytest.approx(lip_module.CORNER_FADE_DEPTH * width)
     assert np.all(fade[distance >= end] == 0.0)
     assert np.all(np.diff(fade) <= 0.0) and np.abs(np.diff(fade)).max() < 0.1 * lip_module.CORNER_FADE_DEPTH * width
-    # in the scene, the fade is the lip colliders' allowance on top of the rest depth, and only theirs
+    # in the scene, the fade is the lip colliders' shown allowance on top of the rest depth, and only theirs
     lips = demo_scene.lips
     marks = model_landmarks(small_demo_model)
     mouth = float(np.linalg.norm(marks["mouth_corner_L"] - marks["mouth_corner_R"]))
@@ -378,7 +379,19 @@ def test_lip_contact_fades_in_across_the_mouth_corner_zone(small_demo_model, dem
     raw = CollisionScene(small_demo_model, rest_allowance=False)
     for index, name in enumerate(raw.names):
         expected = lips.corner_allowance if name.endswith("_lip") else 0.0
-        np.testing.assert_allclose(raw.allowance[index], expected)
+        np.testing.assert_allclose(raw.shown_allowance[index], expected)
+        np.testing.assert_array_equal(raw.allowance[index], 0.0)
+    # a lower-lip vertex next to a corner pushed 1 mm into the upper lip: a contact for the
+    # simulation, none for the shown skin
+    skin = small_demo_model["skin_vertices"].copy()
+    up, _ = head_axes(small_demo_model)
+    faded = lips.lower_tested[lips.corner_allowance[lips.lower_tested] > 0.002]
+    skin[faded] += 0.001 * up
+    simulated = raw.detect(skin, IDENTITY)
+    shown = raw.detect(skin, IDENTITY, shown=True)
+    upper_lip = raw.names.index("upper_lip")
+    assert np.isin(faded, simulated.vertex[simulated.collider == upper_lip]).any()
+    assert not np.isin(faded, shown.vertex[shown.collider == upper_lip]).any()
     # the tested lip vertices nearest the corners are inside the fade
     for tested in (lips.upper_tested, lips.lower_tested):
         assert lips.corner_allowance[tested[np.argmin(corner[tested])]] > 0.0

@@ -29,12 +29,13 @@ MAX_DEPTH·w (paper 001 §3.1 limits contact depth the same way), so no far part
 ever counts as inside. The plane normal is the region's pseudo-normal at the projection, so
 it always faces the other lip (a push direction p − x can tilt away near the region's
 edges on the inner, sloping lip). Vertices within CORNER_REACH·w of a mouth corner are not tested:
-the lips are joined there and "behind the other lip" has no meaning. Beyond that the contact
-fades in: out to CORNER_FADE_REACH·w a vertex may lie up to CORNER_FADE_DEPTH·w deep, the
-allowance falling smoothly (smoothstep) to zero (``LipSurfaces.corner_allowance``, added to the
-scene's rest allowance). A contact that starts at full strength where the untested zone ends
-pushes the lip next to the corner out while the corner itself follows the rig, and the step
-between them folds the sub-millimetre triangles there (docs/performance.md). The lips deform, so
+the lips are joined there and "behind the other lip" has no meaning. For the skin shown (not
+the simulation) the contact also fades in beyond that: out to CORNER_FADE_REACH·w a vertex may
+lie up to CORNER_FADE_DEPTH·w deep, the allowance falling smoothly (smoothstep) to zero
+(``LipSurfaces.corner_allowance``, the scene's shown allowance). Kept out at full strength right
+where the untested zone ends, the shown lip next to the corner was pinned out while the corner
+followed the rig, and the step between them folded the sub-millimetre triangles there
+(docs/performance.md). The lips deform, so
 each detection refits the region's hierarchy to the current skin positions, and the facing
 rule is applied again to the plane: its normal must still lie within acos(REGION_MIN_FACING)
 of the direction towards the other lip (carried by the skull). Where a lip has rolled in, its

@@ -11,8 +11,14 @@ by a hair. Pushing those vertices out would change the neutral face, so for the 
 colliders (teeth and lips) each skin vertex may stay as deep as it was in the rest pose
 (skin at rest, bones at identity): its plane is moved inwards by that rest depth and a
 contact is reported only beyond it (REST_TOLERANCE). The neutral face therefore has no
-contacts, and a vertex never gets deeper than at rest. The lips add their corner fade
-(``lips.corner_fade``) to this allowance. External props get no allowance.
+contacts, and a vertex never gets deeper than at rest. External props get no allowance.
+
+Shown allowance: the skin shown for shape-key animation (physics/skin_filter.py) is kept out
+of the same colliders, except that next to the mouth corners the lips may overlap as the rig's
+do, by the lips' corner fade (``lips.corner_fade``) on top of the rest allowance
+(``detect(..., shown=True)``). The simulation holds the lips apart there; a display that pinned
+them apart too, right up to the untested corner zone, folded the sub-millimetre triangles at the
+zone's edge (docs/performance.md).
 
 Which skin meets the teeth: the lips (paper 000 §4 handles collisions "between lips and the
 teeth and between the upper and lower lip"). The rest of the mouth-socket lining lies on the
@@ -96,9 +102,8 @@ class CollisionScene:
             for index, collider in enumerate(own):
                 found = collider.detect(self.skin_rest, rest_pose, index)
                 np.maximum.at(self.allowance[index], found.vertex, found.depth)
-        for index, collider in enumerate(own):
-            if isinstance(collider, LipCollider):
-                self.allowance[index] += self.lips.corner_allowance     # the contact fades in near the corners
+        self.shown_allowance = [allowance + self.lips.corner_allowance if isinstance(collider, LipCollider)
+                                else allowance for allowance, collider in zip(self.allowance, own)]
 
     def _teeth_vertices(self, model, choice, lip_vertices) -> Optional[np.ndarray]:
         if not isinstance(choice, str):
@@ -115,10 +120,13 @@ class CollisionScene:
                 return None
         return np.union1d(lips.upper_vertices, lips.lower_vertices)
 
-    def detect(self, skin_positions: np.ndarray, pose: BonePose, margin: float = 0.0) -> ContactPlanes:
+    def detect(self, skin_positions: np.ndarray, pose: BonePose, margin: float = 0.0,
+               shown: bool = False) -> ContactPlanes:
         """Tangent planes for every skin vertex penetrating any collider (all in world metres);
         with `margin` > 0 also for vertices less than `margin` outside one (depth 0: predictive
-        planes, see contact_response.py)."""
+        planes, see contact_response.py); with `shown`, beyond the shown allowance (the lips'
+        corner fade included; module docstring)."""
+        allowances = self.shown_allowance if shown else self.allowance
         skin_positions = np.ascontiguousarray(skin_positions, dtype=np.float64)
         if skin_positions.shape != self.skin_rest.shape:
             raise ValueError(f"skin_positions must have shape {self.skin_rest.shape}, got {skin_positions.shape}")
@@ -127,7 +135,7 @@ class CollisionScene:
             found = (collider.detect(skin_positions, pose, index, margin=margin) if margin > 0.0
                      else collider.detect(skin_positions, pose, index))
             if index < self._own_count and found.count:
-                found = _beyond_rest(found, self.allowance[index][found.vertex], skin_positions, margin)
+                found = _beyond_rest(found, allowances[index][found.vertex], skin_positions, margin)
             parts.append(found)
         return ContactPlanes.concatenate(parts)
 

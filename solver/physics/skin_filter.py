@@ -185,10 +185,11 @@ class SkinFilter:
 
 def collision_keep_out(collisions, pose: BonePose, tolerance: float):
     """keep_out(positions) for SkinFilter.apply: the skin vertices a collider of the scene holds
-    deeper than `tolerance` (after its rest allowance), and the positions with each of those
+    deeper than `tolerance` (after its shown allowance: the lips may overlap next to the mouth
+    corners as the rig's do, collisions/scene.py), and the positions with each of those
     moved onto its deepest plane, `tolerance` / 2 inside the allowed side."""
     def keep_out(positions: np.ndarray):
-        found = collisions.detect(positions, pose)
+        found = collisions.detect(positions, pose, shown=True)
         deep = found.depth > tolerance
         order = np.argsort(found.depth[deep])           # the deepest plane of a vertex written last
         vertex, point, normal = found.vertex[deep][order], found.point[deep][order], found.normal[deep][order]
