@@ -17,9 +17,11 @@ class ColliderSet:
         self.colliders = list(colliders)
         self.names = [collider.name for collider in self.colliders]
 
-    def detect(self, skin_positions: np.ndarray, pose: BonePose, margin: float = 0.0) -> ContactPlanes:
+    def detect(self, skin_positions: np.ndarray, pose: BonePose, margin: float = 0.0,
+               shown: bool = False) -> ContactPlanes:
         """Planes for the vertices inside a collider and, with `margin` > 0, for those less
-        than `margin` outside the colliders that support it (sdf.AnalyticCollider)."""
+        than `margin` outside the colliders that support it (sdf.AnalyticCollider). Props allow
+        the shown skin no overlap either (`shown`, see CollisionScene.detect)."""
         return ContactPlanes.concatenate([
             collider.detect(skin_positions, pose, index, margin=margin) if margin > 0.0 and takes_margin(collider)
             else collider.detect(skin_positions, pose, index)

@@ -154,9 +154,10 @@ class CollisionScene:
             parts.append(found)
         return ContactPlanes.concatenate(parts)
 
-    def measure(self, skin_positions: np.ndarray, pose: BonePose) -> CollisionMeasure:
-        """Deepest penetration (m), penetrating skin vertices, and their count per collider."""
-        contacts = self.detect(skin_positions, pose)
+    def measure(self, skin_positions: np.ndarray, pose: BonePose, shown: bool = False) -> CollisionMeasure:
+        """Deepest penetration (m), penetrating skin vertices, and their count per collider;
+        with `shown`, beyond the shown allowance (the skin as the skin filter shows it)."""
+        contacts = self.detect(skin_positions, pose, shown=shown)
         per_collider = {name: int(len(np.unique(contacts.vertex[contacts.collider == index])))
                         for index, name in enumerate(self.names)}
         return CollisionMeasure(max_depth_m=float(contacts.depth.max()) if contacts.count else 0.0,

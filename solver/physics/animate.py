@@ -120,8 +120,8 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
                 pose = BonePose(step.skull_transform, step.jaw_transform, frame)
                 filtered = skin_filter.apply_in_scene(skin[frame], rig, collisions, pose, settings.contact_tolerance)
                 skin[frame], pinned[frame] = filtered.skin, filtered.held_by_colliders
-                if collisions is not None:      # the written skin's own depth
-                    depth[frame] = collisions.measure(skin[frame], pose).max_depth_m
+                if collisions is not None:      # the written skin's own depth, as the filter keeps it out
+                    depth[frame] = collisions.measure(skin[frame], pose, shown=True).max_depth_m
             converged[frame], iterations[frame] = step.converged, step.iterations
             seconds[frame] = step.seconds + (time.perf_counter() - filter_started)
             cache.append(skin[frame])
