@@ -44,7 +44,7 @@ def read_npz(path, keys: Optional[Collection[str]] = None) -> Dict[str, np.ndarr
                 try:
                     arrays[key] = archive[key]
                 except ValueError as error:
-                    if "allow_pickle" in str(error) or "pickle" in str(error).lower():
+                    if "pickle" in str(error).lower():
                         raise NpzReadError(f"{path}: {key}: holds Python objects, which are never unpickled "
                                            f"(store numbers, or names as a str array)") from None
                     raise

@@ -28,6 +28,8 @@ from typing import Optional, Tuple
 import numpy as np
 import scipy.sparse as sp
 
+from .. import field_checks
+from ..field_checks import FieldError
 from ..model_file import model_landmarks
 
 # The settings' defaults and ranges, the multiplier limits and the presets live in
@@ -66,27 +68,8 @@ ZOMBIE_STIFFNESS_RANGE = tuple(NUMBERS["presets"]["zombie"]["stiffness_range"])
 ZOMBIE_DENSITY_MAX = NUMBERS["presets"]["zombie"]["density_range"][1]
 
 
-class MapSettingsError(ValueError):
-    """A map setting is out of range: `field` names it, `problem` says what is wrong, `fix` what
-    to do (the requests show it under each front door's spelling)."""
-
-    def __init__(self, field: str, problem: str, fix: str):
-        self.field, self.problem, self.fix = field, problem, fix
-        super().__init__(f"{field}: {problem}. Fix: {fix}.")
-
-
-def _setting(value, field: str, low, high, meaning: str = "", whole: bool = False):
-    """`value` as a finite number (an integer when `whole`) in [low, high], or MapSettingsError
-    worded as the requests word every range (requests/fields.py)."""
-    kind = int if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) \
-            or not low <= value <= high:
-        if whole:
-            raise MapSettingsError(field, f"expected a whole number in [{low}, {high}], found {value!r}",
-                                   "give an integer in that range")
-        raise MapSettingsError(field, f"expected a number in [{low:g}, {high:g}], found {value!r}",
-                               "give a finite number in that range" + (f" ({meaning})" if meaning else ""))
-    return int(value) if whole else float(value)
+class MapSettingsError(FieldError):
+    """A map setting is out of range (the requests show it under each front door's spelling)."""
 
 
 @dataclass(frozen=True)
@@ -102,14 +85,16 @@ class MapSettings:
 
     def __post_init__(self):
         put = object.__setattr__
-        put(self, "fat_scale", _setting(self.fat_scale, "fat_scale", *FAT_SCALE_RANGE,
-                                        "1 = unchanged, above 1 fattens, below 1 slims"))
-        put(self, "fat_softening", _setting(self.fat_softening, "fat_softening", 0.0, 1.0,
-                                            "1 = the paper's softening of grown fat, 0 = none"))
-        put(self, "diffusion_steps", _setting(self.diffusion_steps, "diffusion_steps", 0, MAX_DIFFUSION_STEPS,
-                                              whole=True))
-        put(self, "diffusion_time_step_m2", _setting(self.diffusion_time_step_m2, "diffusion_time_step_m2",
-                                                     *DIFFUSION_TIME_STEP_RANGE_M2, "a squared length, m²"))
+        put(self, "fat_scale", field_checks.number(self.fat_scale, "fat_scale", *FAT_SCALE_RANGE,
+                                                   "1 = unchanged, above 1 fattens, below 1 slims", MapSettingsError))
+        put(self, "fat_softening", field_checks.number(self.fat_softening, "fat_softening", 0.0, 1.0,
+                                                       "1 = the paper's softening of grown fat, 0 = none",
+                                                       MapSettingsError))
+        put(self, "diffusion_steps", field_checks.whole_number(self.diffusion_steps, "diffusion_steps", 0,
+                                                               MAX_DIFFUSION_STEPS, MapSettingsError))
+        put(self, "diffusion_time_step_m2", field_checks.number(self.diffusion_time_step_m2, "diffusion_time_step_m2",
+                                                                *DIFFUSION_TIME_STEP_RANGE_M2, "a squared length, m²",
+                                                                MapSettingsError))
         spread = self.diffusion_steps * self.diffusion_time_step_m2
         if spread > MAX_DIFFUSION_TIME_M2:
             raise MapSettingsError("diffusion_time_step_m2",

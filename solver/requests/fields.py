@@ -11,20 +11,15 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
+
+from .. import field_checks
+from ..field_checks import FieldError
 
 
-class RequestError(ValueError):
+class RequestError(FieldError):
     """A request field is invalid: `field` is the request's name for it, `problem` what is wrong,
     `fix` what to do instead."""
-
-    def __init__(self, field: str, problem: str, fix: str):
-        self.field, self.problem, self.fix = field, problem, fix
-        super().__init__(f"{field}: {problem}. Fix: {fix}.")
-
-    def shown_as(self, label: Callable[[str], str]) -> str:
-        """The message with the field named as a front door spells it."""
-        return f"{label(self.field)}: {self.problem}. Fix: {self.fix}."
 
 
 def flag(value, field: str) -> bool:
@@ -34,19 +29,12 @@ def flag(value, field: str) -> bool:
 
 
 def whole_number(value, field: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise RequestError(field, f"expected a whole number in [{low}, {high}], found {value!r}",
-                           "give an integer in that range")
-    return int(value)
+    return field_checks.whole_number(value, field, low, high, RequestError)
 
 
 def number(value, field: str, low: float, high: float, meaning: str = "") -> float:
     """A finite number in [low, high]; `meaning` (e.g. "1 = unchanged") goes into the fix."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not low <= value <= high:
-        raise RequestError(field, f"expected a number in [{low:g}, {high:g}], found {value!r}",
-                           "give a finite number in that range" + (f" ({meaning})" if meaning else ""))
-    return float(value)
+    return field_checks.number(value, field, low, high, meaning, RequestError)
 
 
 def choice(value, field: str, allowed: Sequence[str]) -> str:
