@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import sys
 import tempfile
 import time
 from pathlib import Path
+from concurrent.futures import ProcessPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -126,29 +128,63 @@ def kept_clip(folder: Path, index: int, fit, rig):
     """What play() returns, read back from a clip kept by --keep (wall time unknown: 0)."""
     with np.load(folder / f"clip{index}.npz", allow_pickle=False) as arrays:
         result = SimpleNamespace(**{key: arrays[key] for key in arrays.files})
-    if not hasattr(result, "filter_pinned"):            # kept before RESULT.npz recorded it
-        result.filter_pinned = np.zeros(len(result.converged), np.int64)
+    for key in ("filter_pinned", "filter_guarded"):     # kept before RESULT.npz recorded them
+        if not hasattr(result, key):
+            setattr(result, key, np.zeros(len(result.converged), np.int64))
     with np.load(folder / f"clip{index}_weights.npz", allow_pickle=False) as arrays:
         weights = arrays["weights"]
     held = blend(fit, weights, 30.0, np.tile(np.eye(4), (len(weights), 1, 1)), detail=False).held_tets
     return result, plain_frames(fit, rig, weights), held, 0.0
 
 
-def refilter(model, result, plain, label):
+def refilter(model, result, plain, label, jobs: int = 1):
     """Show kept unfiltered frames through the skin filter with teeth and lip contact, as
-    animate does (solver/physics/animate.py); the filter's seconds are added to each frame's."""
-    skin_filter = SkinFilter.for_model(model)
-    scene = CollisionScene(model, teeth=True, lips=True)
-    tolerance = SimulationSettings().contact_tolerance
-    pinned = np.zeros(len(result.converged), np.int64)
-    for frame in range(len(result.converged)):
+    animate does (solver/physics/animate.py); the filter's seconds are added to each frame's.
+    With jobs > 1 the frames are shared among that many spawned processes (each frame's filter
+    is independent of the others; not forked: the judge's numba already runs OpenMP threads)."""
+    frames = len(result.converged)
+    work = (model, result.skin_positions, plain, result.skull_transforms, result.jaw_transforms)
+    chunks = [chunk for chunk in np.array_split(np.arange(frames), max(jobs, 1) * 8) if len(chunk)]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_refilter_worker, initargs=(work,)) as pool:
+            done = list(pool.map(_refilter_frames, chunks))
+    else:
+        _refilter_worker(work)
+        done = [_refilter_frames(chunk) for chunk in chunks]
+    result.filter_pinned = np.zeros(frames, np.int64)
+    result.filter_guarded = np.zeros(frames, np.int64)
+    for chunk, (skins, pinned, guarded, seconds) in zip(chunks, done):
+        result.skin_positions[chunk], result.filter_pinned[chunk], result.filter_guarded[chunk] = skins, pinned, guarded
+        result.frame_seconds[chunk] += seconds
+    print(f"  clip {label}: shown through the skin filter (width {SkinFilter.for_model(model).width_m * 1e3:.1f} mm)")
+
+
+_REFILTERING = None       # what refilter's workers read: (model, skins, plain, skull, jaw transforms)
+_REFILTER_TOOLS = None    # each process's own filter, scene and contact tolerance
+
+
+def _refilter_worker(work):
+    global _REFILTERING, _REFILTER_TOOLS
+    _REFILTERING = work
+    model = work[0]
+    _REFILTER_TOOLS = (SkinFilter.for_model(model), CollisionScene(model, teeth=True, lips=True),
+                       SimulationSettings().contact_tolerance)
+
+
+def _refilter_frames(frames):
+    model, skins, plain, skull, jaw = _REFILTERING
+    skin_filter, scene, tolerance = _REFILTER_TOOLS
+    shown, pinned, guarded, seconds = [], [], [], []
+    for frame in frames:
         started = time.perf_counter()
-        pose = BonePose(result.skull_transforms[frame], result.jaw_transforms[frame], frame)
-        shown = skin_filter.apply_in_scene(result.skin_positions[frame], plain[frame], scene, pose, tolerance)
-        result.skin_positions[frame], pinned[frame] = shown.skin, shown.held_by_colliders
-        result.frame_seconds[frame] += time.perf_counter() - started
-    result.filter_pinned = pinned
-    print(f"  clip {label}: shown through the skin filter (width {skin_filter.width_m * 1e3:.1f} mm)")
+        result = skin_filter.apply_in_scene(skins[frame], plain[frame], scene, BonePose(skull[frame], jaw[frame], frame),
+                                            tolerance)
+        shown.append(result.skin)
+        pinned.append(result.held_by_colliders)
+        guarded.append(result.guarded)
+        seconds.append(time.perf_counter() - started)
+    return np.array(shown), np.array(pinned), np.array(guarded), np.array(seconds)
 
 
 class FrameJudge:
@@ -182,6 +218,7 @@ class FrameJudge:
                 "inverted_tets": int(result.inverted_tets[frame]),
                 "smallest_det_f": round(float(result.smallest_volume_ratio[frame]), 3),
                 "held_tets": int(held[frame]), "filter_pinned": int(result.filter_pinned[frame]),
+                "filter_guarded": int(result.filter_guarded[frame]),
                 "newton_iterations": int(result.newton_iterations[frame]),
                 "seconds": round(float(result.frame_seconds[frame]), 2), "converged": bool(result.converged[frame])}
 
@@ -238,6 +275,7 @@ def main():
     parser.add_argument("--refilter", action="store_true",
                         help="with --kept clips played with --no-skin-filter: show them through the skin filter "
                              "as animate would (the simulation does not depend on it)")
+    parser.add_argument("--jobs", type=int, default=1, help="with --refilter: processes sharing the frames")
     args = parser.parse_args()
 
     model = load_model(args.model)
@@ -291,7 +329,7 @@ def main():
             if args.kept:
                 result, plain, held, wall = kept_clip(*kept[index], fit, rig)
                 if args.refilter:
-                    refilter(model, result, plain, index)
+                    refilter(model, result, plain, index, args.jobs)
             else:
                 result, plain, held, wall = play(model, fit, rig, clip, fps, not args.no_collisions,
                                                  not args.no_detail, not args.no_skin_filter, workdir, f"clip{index}")
@@ -308,6 +346,7 @@ def main():
                       f"({row['deepest_in_teeth_mm']:.2f} mm; rig {row['rig_lips_in_teeth']}) rig distance "
                       f"{row['mean_mm']:.2f}/{row['max_mm']:.1f} mm inverted {row['inverted_tets']} det F "
                       f"{row['smallest_det_f']:.2f} held {row['held_tets']} pinned {row['filter_pinned']} "
+                      f"guarded {row['filter_guarded']} "
                       f"its {row['newton_iterations']:>3} "
                       f"{row['seconds']:.2f} s{'' if row['converged'] else ' NOT CONVERGED'}")
                 chosen = f"{index}:{frame}" in args.picture_frames.split(",")

@@ -29,7 +29,7 @@ REQUIRED_KEYS = {
     "landmark_names": ("U", 1), "landmark_positions": ("f", 2),
     "build_info": ("U", 0),
 }
-OPTIONAL_KEYS = ("upper_teeth_vertices", "upper_teeth_triangles", "lower_teeth_vertices", "lower_teeth_triangles")
+OPTIONAL_KEYS = ("skin_faces", "upper_teeth_vertices", "upper_teeth_triangles", "lower_teeth_vertices", "lower_teeth_triangles")
 
 
 class ModelFormatError(ValueError):
@@ -85,6 +85,13 @@ def validate_model(model: dict) -> None:
         and indexes(model["slide_bone"], len(model["bone_names"])),
         "slide_normals": model["slide_normals"].shape == (len(model["slide_nodes"]), 3),
     }
+    if "skin_faces" in model:
+        faces = np.asarray(model["skin_faces"])
+        checks["skin_faces"] = (faces.dtype.kind in "iu" and faces.ndim == 2 and faces.shape[1] in (3, 4)
+                                and indexes(faces[:, :3], len(model["skin_vertices"]))
+                                and (faces.shape[1] == 3 or bool(np.all((faces[:, 3] == -1)
+                                                                        | ((faces[:, 3] >= 0)
+                                                                           & (faces[:, 3] < len(model["skin_vertices"])))))))
     for key, ok in checks.items():
         if not ok:
             raise ModelFormatError(f"{key}: inconsistent with the rest of the model (shape or index range).")

@@ -727,6 +727,20 @@ def test_a_model_file_missing_any_required_key_is_rejected_naming_it(model, tmp_
     assert not problems, "\n".join(problems)
 
 
+def test_the_model_keeps_the_rigs_faces_and_checks_them(model, rig, tmp_path):
+    """skin_faces: the artist's quads, for the skin filter's fold guard (any split a viewer shows)."""
+    assert np.array_equal(model["skin_faces"], np.asarray(rig.faces))
+    for bad in (np.full_like(model["skin_faces"], len(model["skin_vertices"])),
+                np.asarray(model["skin_faces"])[:, :2]):
+        path = tmp_path / "MODEL.npz"
+        np.savez(path, **{**model, "skin_faces": bad})
+        with pytest.raises(ModelFormatError, match="skin_faces"):
+            load_model(path)
+    older = {key: value for key, value in model.items() if key != "skin_faces"}
+    np.savez(tmp_path / "OLDER.npz", **older)
+    assert "skin_faces" not in load_model(tmp_path / "OLDER.npz")      # models built before still load
+
+
 def test_a_model_file_from_a_newer_solver_is_rejected(model, tmp_path):
     path = tmp_path / "MODEL.npz"
     np.savez(path, **{**model, "format_version": np.array(FORMAT_VERSION + 1)})

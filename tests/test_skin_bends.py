@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from surface_sheets import grid_sheet
 
-from solver.geometry.bends import CREASE_DEGREES, FOLD_DEGREES, SkinBends
+from solver.geometry.bends import CREASE_DEGREES, FOLD_DEGREES, AnySplitBends, SkinBends
 
 
 def _sheet(n=8, spacing=0.002):
@@ -110,3 +110,33 @@ def test_folds_next_to_a_sliver_of_the_reference_are_told_apart():
     count = bends.count(overturned, squashed, rest=vertices)
     assert count.folded > 0 and count.folded_on_slivers == count.folded
     assert bends.count(overturned, squashed).folded_on_slivers == 0          # not asked without the rest shape
+
+
+SQUARE = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+
+
+def test_a_quad_folded_only_in_its_other_split_is_seen():
+    # Corner 2 pulled inside the square: split along 0-2 the two halves lie flat, split along
+    # 1-3 the half (1,2,3) turns over. A viewer may show either.
+    concave = SQUARE.copy()
+    concave[2] = [0.3, 0.3, 0.0]
+    quad = np.array([[0, 1, 2, 3]])
+    assert np.degrees(SkinBends(np.array([[0, 1, 2], [0, 2, 3]]), 4).angles(concave)).max() < 1e-9
+    both = AnySplitBends(quad, 4)
+    assert len(both) == 2                        # the two halves of each split, across its diagonal
+    assert both.excess(concave, SQUARE).max() == pytest.approx(180.0)
+    assert np.abs(both.excess(SQUARE + 0.5, SQUARE)).max() < 1e-9
+
+
+def test_pairs_between_quads_cover_every_split_of_either():
+    # Two quads sharing the edge 1-2: two diagonal pairs each, and 2 x 2 triangles across 1-2.
+    vertices = np.array([[0.0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [2, 0, 0], [2, 1, 0]])
+    quads = np.array([[0, 1, 2, 3], [1, 4, 5, 2]])
+    both = AnySplitBends(quads, len(vertices))
+    assert len(both) == 4 + 4
+    assert np.abs(both.angles(vertices)).max() < 1e-9
+    # triangles and padded quad rows contribute themselves only
+    assert len(AnySplitBends(np.array([[0, 1, 2, -1], [0, 2, 3, -1]]), 4)) == 1
+    assert len(AnySplitBends(np.array([[0, 1, 2], [0, 2, 3]]), 4)) == 1
+    with pytest.raises(ValueError, match="faces must be"):
+        AnySplitBends(np.zeros((2, 5), np.int64), 4)

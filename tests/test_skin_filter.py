@@ -121,3 +121,24 @@ def test_smoothing_is_measured_on_the_rig_frame_so_a_squashed_strip_stays_smooth
     assert bends.excess(shown, rig).max() < 10.0          # degrees
     # far from the strip the deviation is kept
     assert np.abs(shown[x > 0.035, 2] - simulated[x > 0.035, 2]).max() < 0.0002
+
+
+def test_the_fold_guard_holds_a_fold_the_plate_passes_flat(sheet):
+    """A deviation compressing the skin by more than its own length over 20 mm: the plate
+    passes most of a mode that broad and turns a band of triangles over; the guard holds the
+    deviation flat on the triangles of the folded pairs and leaves the rest as the plate has it."""
+    vertices, triangles, skin_filter = sheet
+    bends = SkinBends(triangles, len(vertices))
+    x, y = vertices[:, 0], vertices[:, 1]
+    wavelength = 0.02
+    simulated = vertices.copy()
+    simulated[:, 0] -= (3.0 * np.sin(2 * np.pi * (x - 0.02) / wavelength) * wavelength / (2 * np.pi)
+                        * np.exp(-((y - 0.02) / 0.008) ** 2))
+    plate = SkinFilter(vertices, triangles, width_m=0.004, fold_guard_rounds=0).apply(simulated, vertices)
+    assert bends.count(plate.skin, vertices).folded > 10 and plate.guarded == 0
+    guarded = skin_filter.apply(simulated, vertices)
+    assert bends.count(guarded.skin, vertices).folded == 0
+    assert guarded.guarded > 0
+    # away from the fold (the sheet's rim in y) the shown skin is the plate's
+    rim = np.abs(y - 0.02) > 0.017
+    assert np.abs(guarded.skin[rim] - plate.skin[rim]).max() < 0.3e-3

@@ -115,3 +115,78 @@ def _interior_edges(triangles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     consistent = directed[rows[:, 0], 0] == directed[rows[:, 1], 1]
     rows = rows[consistent]
     return undirected[rows[:, 0]], owner[rows]
+
+
+class AnySplitBends:
+    """The bends of a face mesh however its quads are split into triangles.
+
+    A quad is shown as two triangles, split along one diagonal or the other, and which one is
+    up to the program that draws it (Blender, a game engine, a metric that takes the first
+    diagonal). A quad can be smooth split one way and fold split the other: ICT's mouth corners
+    have quads 0.3 mm across that the rig squashes to slivers. So each quad contributes the
+    four triangles of both splits, and every pair of them that some split shows side by side
+    is measured: across an edge between two faces, each of the two triangles of either face
+    that contain it (four pairs between two quads); inside a quad, the two halves of one split
+    across its diagonal. Triangles, and quad rows padded with -1, contribute themselves. An edge
+    whose pair is not consistently oriented is left out, as in SkinBends."""
+
+    def __init__(self, faces: np.ndarray, vertex_count: int):
+        faces = np.asarray(faces, dtype=np.int64)
+        if faces.ndim != 2 or faces.shape[1] not in (3, 4):
+            raise ValueError(f"faces must be (F,3) triangles or (F,4) quads padded with -1, got {faces.shape}")
+        if faces.shape[1] == 3:
+            faces = np.concatenate([faces, np.full((len(faces), 1), -1, np.int64)], axis=1)
+        quad = faces[:, 3] >= 0
+        halves = [faces[:, [0, 1, 2]], faces[quad][:, [0, 2, 3]], faces[quad][:, [0, 1, 3]], faces[quad][:, [1, 2, 3]]]
+        face_ids = np.arange(len(faces))
+        self.triangles = np.concatenate(halves)
+        self.vertex_count = vertex_count
+        face_of = np.concatenate([face_ids, face_ids[quad], face_ids[quad], face_ids[quad]])
+        # split 0: (0,1,2) + (0,2,3); split 1: (0,1,3) + (1,2,3); a triangle is split 0.
+        split_of = np.concatenate([np.zeros(len(faces) + quad.sum(), np.int64), np.ones(2 * quad.sum(), np.int64)])
+        first, second = self._pairs_across_edges(self.triangles)
+        same_face = face_of[first] == face_of[second]
+        keep = ~same_face | (split_of[first] == split_of[second])   # one face: only one split's halves
+        self.pairs = np.stack([first[keep], second[keep]], axis=1)
+        # (P,4) the vertices of each pair: the first triangle's three and the second's far corner
+        self.pair_vertices = np.concatenate([self.triangles[self.pairs[:, 0]],
+                                             self.triangles[self.pairs[:, 1]]], axis=1)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def angles(self, positions: np.ndarray) -> np.ndarray:
+        """(P,) radians between the normals of each pair's two triangles."""
+        corners = np.asarray(positions, dtype=np.float64)[self.triangles]
+        normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+        lengths = np.linalg.norm(normals, axis=1, keepdims=True)
+        normals = normals / np.where(lengths > 0.0, lengths, 1.0)
+        first, second = normals[self.pairs[:, 0]], normals[self.pairs[:, 1]]
+        return np.arctan2(np.linalg.norm(np.cross(first, second), axis=1), np.einsum("ij,ij->i", first, second))
+
+    def excess(self, positions: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        """(P,) degrees each pair bends beyond the reference's bend (negative: flatter)."""
+        return np.degrees(self.angles(positions) - self.angles(reference))
+
+    @staticmethod
+    def _pairs_across_edges(triangles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every pair of triangles that run a shared edge in opposite directions."""
+        directed = np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]])
+        owner = np.tile(np.arange(len(triangles)), 3)
+        undirected = np.sort(directed, axis=1)
+        key = undirected[:, 0] * (int(undirected.max(initial=0)) + 1) + undirected[:, 1]
+        order = np.argsort(key, kind="stable")
+        key, directed, owner = key[order], directed[order], owner[order]
+        first, second = [], []
+        for offset in range(1, len(key)):
+            same = key[offset:] == key[:-offset]
+            if not same.any():
+                break               # sorted: no group is longer than `offset`
+            i = np.flatnonzero(same)
+            j = i + offset
+            opposite = directed[i, 0] == directed[j, 1]
+            first.append(owner[i[opposite]])
+            second.append(owner[j[opposite]])
+        if not first:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(first), np.concatenate(second)

@@ -310,6 +310,7 @@ def build_model(rig: FaceRig, options: BuildOptions | None = None) -> dict:
         "condyles": jaw.condyles, "jaw_frame": jaw.frame,
         "head_frame": frame.axes, "head_origin": frame.origin,
         "skin_vertices": rig.vertices.copy(), "skin_triangles": triangles,
+        "skin_faces": np.asarray(rig.faces, dtype=np.int64),
         "skin_embedding_tet": embed_tet.astype(np.int64), "skin_embedding_weights": embed_weights,
         "bone_surface_vertices": bone_vertices, "bone_surface_triangles": bone_triangles,
         "bone_surface_label": bone_tri_label.astype(np.int8),

@@ -7,7 +7,8 @@ RESULT.npz holds `skin_positions` (T,V,3) metres on the rig's vertices, `converg
 without a collision scene), `contacts` (T,) (contact planes pushing), `inverted_tets` (T,)
 (tets with det F ≤ 0 at the frame's end), `smallest_volume_ratio` (T,) (the least det F) and
 `filter_pinned` (T,) (skin vertices the skin filter pinned onto a collider, or showed as
-simulated, because its smoothing and pushes left them inside one; skin_filter.py); it is
+simulated, because its smoothing and pushes left them inside one; skin_filter.py) and
+`filter_guarded` (T,) (skin vertices on triangles the filter's fold guard held flat); it is
 written atomically once all frames are done. A `.pc2` point cache of the skin is written beside it frame by frame (each
 frame fsynced before the header counts it), so a long run can be watched, and a crash or a
 cancel leaves every finished frame playable.
@@ -44,6 +45,7 @@ class AnimationResult:
     inverted_tets: np.ndarray = None         # (T,) tets with det F ≤ 0
     smallest_volume_ratio: np.ndarray = None  # (T,) least det F over the tets
     filter_pinned: np.ndarray = None         # (T,) vertices the skin filter pinned (collisions)
+    filter_guarded: np.ndarray = None        # (T,) vertices the skin filter's fold guard held flat
 
     def arrays(self) -> dict:
         frames = len(self.converged)
@@ -59,7 +61,8 @@ class AnimationResult:
                 "inverted_tets": np.zeros(frames, np.int64) if self.inverted_tets is None else self.inverted_tets,
                 "smallest_volume_ratio": (np.ones(frames) if self.smallest_volume_ratio is None
                                           else self.smallest_volume_ratio),
-                "filter_pinned": np.zeros(frames, np.int64) if self.filter_pinned is None else self.filter_pinned}
+                "filter_pinned": np.zeros(frames, np.int64) if self.filter_pinned is None else self.filter_pinned,
+                "filter_guarded": np.zeros(frames, np.int64) if self.filter_guarded is None else self.filter_guarded}
 
 
 def overrides_from_maps(model, maps: Optional[MapsInput], settings: MapSettings = MapSettings()) -> MaterialMaps:
@@ -99,6 +102,7 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     depth, contacts = np.zeros(frames), np.zeros(frames, dtype=np.int64)
     inverted, smallest_ratio = np.zeros(frames, dtype=np.int64), np.ones(frames)
     pinned = np.zeros(frames, dtype=np.int64)
+    guarded = np.zeros(frames, dtype=np.int64)
     filtering = skin_filter is not None and rig_offset is not None
     rest_skin = np.asarray(model["skin_vertices"], dtype=np.float64)
     with Pc2Writer(result_path.with_suffix(".pc2"), skin_count, start_frame=1.0) as cache:
@@ -119,7 +123,7 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
                 rig = (rest_skin + rig_offset[frame]) @ head[:3, :3].T + head[:3, 3]
                 pose = BonePose(step.skull_transform, step.jaw_transform, frame)
                 filtered = skin_filter.apply_in_scene(skin[frame], rig, collisions, pose, settings.contact_tolerance)
-                skin[frame], pinned[frame] = filtered.skin, filtered.held_by_colliders
+                skin[frame], pinned[frame], guarded[frame] = filtered.skin, filtered.held_by_colliders, filtered.guarded
                 if collisions is not None:      # the written skin's own depth, as the filter keeps it out
                     depth[frame] = collisions.measure(skin[frame], pose, shown=True).max_depth_m
             converged[frame], iterations[frame] = step.converged, step.iterations
@@ -135,7 +139,8 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     result = AnimationResult(skin_positions=skin, converged=converged, newton_iterations=iterations,
                              frame_seconds=seconds, fps=float(activations.fps), skull_transforms=skull_transforms,
                              jaw_transforms=jaw_transforms, penetration_depth_max=depth, contacts=contacts,
-                             inverted_tets=inverted, smallest_volume_ratio=smallest_ratio, filter_pinned=pinned)
+                             inverted_tets=inverted, smallest_volume_ratio=smallest_ratio, filter_pinned=pinned,
+                             filter_guarded=guarded)
     write_npz_atomically(result_path, result.arrays())
     return result
 

@@ -49,6 +49,23 @@ so after each pass the filtered skin is tested against the collision scene:
 Measured on ICT's lips closed over an open jaw (bench/performance.py, 55 frames with teeth and lip
 contact, membrane at 0.8 ×): pins alone 109 creased edges at worst and folds in 21 frames, pushes
 first 92 and 17 (pinning to the simulated skin instead keeps its crumple).
+
+The fold guard. The plate removes kinks but passes gradients, and a deviation that changes by
+a millimetre over a millimetre turns sub-millimetre triangles over where the rig squashes or
+creases them: ICT's mouth corners have quads 0.3 mm across in a crevice the rest face folds
+to 174°. After the passes above, every pair of triangles a viewer may show side by side —
+each quad split either way (geometry/bends.py, AnySplitBends; a quad can be smooth along one
+diagonal and folded along the other) — is measured against the rig frame. Where a pair bends
+more than FOLD_GUARD_DEGREES beyond the rig, the skin triangles with two corners on that pair
+get a membrane (their cotangent Laplacian on the rig frame, FOLD_GUARD_STIFFNESS × width²),
+which holds the deviation flat across them, so they show the rig's own shape carried along;
+the smoothing and the collider passes run again, with the membrane FOLD_GUARD_ESCALATION
+times stiffer and the guarded triangles growing while pairs stay bent, up to
+FOLD_GUARD_ROUNDS rounds. A frame where nothing bends that far is filtered exactly as before.
+The guard is small by design: a membrane over a whole filter width (tried first) held the rig's
+lips inside the teeth against the pins and doubled the creases. On ICT's 1,415-frame take it
+fired on 114 frames, on 20 vertices (median; at most 129), and took the take from 7 frames with
+a folded edge to none (docs/performance.md).
 """
 from __future__ import annotations
 
@@ -62,6 +79,7 @@ from sksparse import cholmod
 
 from ..collisions.contacts import BonePose
 from ..geometry import triangle_normals_areas
+from ..geometry.bends import AnySplitBends
 
 # The kernel's width as a share of the tet spacing at the mouth (the finest in the model): a
 # tet-face kink is smoothed over about one tet. ICT (5.1 mm between the lips): 3.1 mm.
@@ -73,6 +91,14 @@ PIN_ROUNDS = 4
 # smoothing is measured on the rig frame: its stiffness stays finite (and positive semi-definite).
 SQUASHED_AREA_FLOOR = 0.05
 
+# The fold guard: where the filtered skin still bends a pair of shown triangles this much beyond
+# the rig frame, the triangles with two corners on that pair get a membrane of
+# FOLD_GUARD_STIFFNESS × width², FOLD_GUARD_ESCALATION times stiffer each round while folds remain.
+FOLD_GUARD_DEGREES = 45.0
+FOLD_GUARD_STIFFNESS = 1.0
+FOLD_GUARD_ESCALATION = 10.0
+FOLD_GUARD_ROUNDS = 4
+
 # keep_out(positions (V,3)) -> (offending (V,) bool, positions (V,3) with those moved out)
 KeepOut = Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]]
 
@@ -82,6 +108,7 @@ class FilteredSkin:
     skin: np.ndarray           # (V,3) the skin to show
     pinned: int                # vertices pinned onto a collider's plane (pushes did not clear them)
     unfiltered: int            # vertices shown as simulated because pinning did not clear them either
+    guarded: int = 0           # vertices on triangles the fold guard held flat
 
     @property
     def held_by_colliders(self) -> int:
@@ -93,12 +120,14 @@ class SkinFilter:
     """The surface low-pass of the module docstring on one skin mesh: its sparsity and CHOLMOD's
     symbolic analysis are made once, each rig frame only refills the values."""
 
-    def __init__(self, rest_skin: np.ndarray, triangles: np.ndarray, width_m: float):
+    def __init__(self, rest_skin: np.ndarray, triangles: np.ndarray, width_m: float,
+                 faces: Optional[np.ndarray] = None, fold_guard_rounds: int = FOLD_GUARD_ROUNDS):
         if not (np.isfinite(width_m) and width_m > 0.0):
             raise ValueError(f"the skin filter's width must be a positive length in metres, got {width_m}")
         rest_skin = np.asarray(rest_skin, dtype=np.float64)
         self.triangles = np.asarray(triangles, dtype=np.int64)
         self.width_m = float(width_m)
+        self.fold_guard_rounds = int(fold_guard_rounds)      # 0: the plate and the colliders only
         self.vertex_count = len(rest_skin)
         self._tau = 0.5 * self.width_m ** 2
         self._rest_triangle_areas = triangle_normals_areas(rest_skin, self.triangles)[1]
@@ -113,28 +142,53 @@ class SkinFilter:
         self._pattern = (neighbours @ neighbours).tocsc()
         self._pattern.sort_indices()
         self._pattern_keys = _keys(self._pattern.tocoo())
+        # The fold guard looks at the faces as shown: each quad split either way (geometry/bends.py).
+        self._shown_bends = AnySplitBends(self.triangles if faces is None else faces, self.vertex_count)
         self._analysis = cholmod.analyze(self._matrix(self._plate(rest_skin), self._areas),
                                          mode="supernodal", ordering_method="metis")
 
     @staticmethod
     def for_model(model: dict, width_m: Optional[float] = None) -> "SkinFilter":
-        """The filter of a model's skin; width from its mouth lattice spacing unless given."""
+        """The filter of a model's skin; width from its mouth lattice spacing unless given. The
+        fold guard checks the rig's own faces (`skin_faces`; the triangles in models built before)."""
         return SkinFilter(model["skin_vertices"], model["skin_triangles"],
-                          default_width(model) if width_m is None else width_m)
+                          default_width(model) if width_m is None else width_m, faces=model.get("skin_faces"))
 
     def apply(self, skin: np.ndarray, rig: np.ndarray, keep_out: Optional[KeepOut] = None) -> FilteredSkin:
         """The skin to show for simulated skin `skin` and plain rig frame `rig` (both (V,3), same
         space). `keep_out(positions) -> ((V,) bool, (V,3))`: the vertices a collider holds deeper
-        than its tolerance, and positions with those moved out onto its surface (module docstring)."""
+        than its tolerance, and positions with those moved out onto its surface (module docstring).
+        Where the result still bends a pair of shown triangles FOLD_GUARD_DEGREES beyond the rig,
+        the fold guard holds the deviation flat there and filters again."""
         skin, rig = np.asarray(skin, dtype=np.float64), np.asarray(rig, dtype=np.float64)
         plate = self._plate(rig)
-        free = self._analysis.cholesky(self._matrix(plate, self._areas))
+        shown = self._kept_out(skin, rig, plate, keep_out)
+        guarded = np.zeros(len(self.triangles), dtype=bool)
+        stiffness = FOLD_GUARD_STIFFNESS * self.width_m ** 2
+        for _ in range(self.fold_guard_rounds):
+            bent = self._shown_bends.excess(shown.skin, rig) > FOLD_GUARD_DEGREES
+            if not bent.any():
+                break
+            near = np.zeros(self.vertex_count, dtype=np.int64)
+            near[np.unique(self._shown_bends.pair_vertices[bent])] = 1
+            guarded |= near[self.triangles].sum(axis=1) >= 2
+            shown = self._kept_out(skin, rig, plate + stiffness * self._membrane(rig, guarded), keep_out)
+            stiffness *= FOLD_GUARD_ESCALATION
+        guarded_vertices = np.zeros(self.vertex_count, dtype=bool)
+        guarded_vertices[self.triangles[guarded].ravel()] = True
+        return FilteredSkin(shown.skin, shown.pinned, shown.unfiltered, int(guarded_vertices.sum()))
+
+    def _kept_out(self, skin: np.ndarray, rig: np.ndarray, smoothing: sparse.csc_matrix,
+                  keep_out: Optional[KeepOut]) -> FilteredSkin:
+        """The deviation smoothed with `smoothing` (the plate, and the guard's membrane), then
+        pushed and pinned out of the colliders (module docstring, 1–3)."""
+        free = self._analysis.cholesky(self._matrix(smoothing, self._areas))
 
         def smooth(deviation, pinned=None):
             if pinned is None:
                 return free(self._areas[:, None] * deviation)
             weights = self._areas * np.where(pinned, PIN_WEIGHT, 1.0)
-            return self._analysis.cholesky(self._matrix(plate, weights))(weights[:, None] * deviation)
+            return self._analysis.cholesky(self._matrix(smoothing, weights))(weights[:, None] * deviation)
 
         held = skin - rig                       # the deviation to smooth, or to hold where pinned
         shown = rig + smooth(held)
@@ -158,6 +212,14 @@ class SkinFilter:
         offending, _ = keep_out(shown)
         shown[offending] = skin[offending]      # still inside: the simulated skin, which contact kept out
         return FilteredSkin(shown, int(pinned.sum()), int(offending.sum()))
+
+    def _membrane(self, surface: np.ndarray, guarded: np.ndarray) -> sparse.csr_matrix:
+        """The cotangent Laplacian of the guarded triangles only, measured on `surface` (the rig
+        frame), squashed triangles floored as in the plate."""
+        triangles = self.triangles[guarded]
+        areas = np.maximum(triangle_normals_areas(surface, triangles)[1],
+                           SQUASHED_AREA_FLOOR * self._rest_triangle_areas[guarded])
+        return _cotangent_laplacian(surface, triangles, areas)
 
     def _plate(self, surface: np.ndarray) -> sparse.csc_matrix:
         """τ² L M⁻¹ L measured on `surface` (the rest skin or a rig frame), squashed triangles
