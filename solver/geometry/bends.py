@@ -41,9 +41,34 @@ class BendCount:
     folded_on_slivers: int = 0  # of the folded, those next to a triangle the reference squashes to a sliver
 
 
-class SkinBends:
+class _TrianglePairs:
+    """Pairs of triangles sharing an edge (`triangles` (T,3), `pairs` (P,2) into them) and the
+    angle between each pair's normals."""
+    triangles: np.ndarray
+    pairs: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def angles(self, positions: np.ndarray) -> np.ndarray:
+        """(P,) radians: the angle between the normals of each pair's two triangles (a
+        degenerate triangle's normal counts as zero)."""
+        corners = np.asarray(positions, dtype=np.float64)[self.triangles]
+        normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+        lengths = np.linalg.norm(normals, axis=1, keepdims=True)
+        normals = normals / np.where(lengths > 0.0, lengths, 1.0)
+        first, second = normals[self.pairs[:, 0]], normals[self.pairs[:, 1]]
+        return np.arctan2(np.linalg.norm(np.cross(first, second), axis=1), np.einsum("ij,ij->i", first, second))
+
+    def excess(self, positions: np.ndarray, reference: np.ndarray) -> np.ndarray:
+        """(P,) degrees each pair bends beyond the reference's bend (negative: flatter)."""
+        return np.degrees(self.angles(positions) - self.angles(reference))
+
+
+class SkinBends(_TrianglePairs):
     """The interior edges of a triangle mesh (optionally only triangles wholly in a vertex
-    region) and their bend angles; built once per mesh, measured per frame."""
+    region) and their bend angles; built once per mesh, measured per frame. `edges` (E,2) are
+the vertex pairs of the `pairs`: an edge's bend is its pair's angle."""
 
     def __init__(self, triangles: np.ndarray, vertex_count: int, region: Optional[np.ndarray] = None):
         triangles = np.asarray(triangles, dtype=np.int64)
@@ -56,24 +81,6 @@ class SkinBends:
             triangles = triangles[inside[triangles].all(axis=1)]
         self.triangles = triangles
         self.edges, self.pairs = _interior_edges(triangles)
-
-    def __len__(self) -> int:
-        return len(self.edges)
-
-    def angles(self, positions: np.ndarray) -> np.ndarray:
-        """(E,) radians: the angle between the normals of each interior edge's two triangles."""
-        corners = np.asarray(positions, dtype=np.float64)[self.triangles]
-        normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
-        lengths = np.linalg.norm(normals, axis=1, keepdims=True)
-        normals = normals / np.where(lengths > 0.0, lengths, 1.0)
-        first, second = normals[self.pairs[:, 0]], normals[self.pairs[:, 1]]
-        sine = np.linalg.norm(np.cross(first, second), axis=1)
-        cosine = np.einsum("ij,ij->i", first, second)
-        return np.arctan2(sine, cosine)
-
-    def excess(self, positions: np.ndarray, reference: np.ndarray) -> np.ndarray:
-        """(E,) degrees each edge bends beyond the reference's bend (negative: flatter)."""
-        return np.degrees(self.angles(positions) - self.angles(reference))
 
     def count(self, positions: np.ndarray, reference: np.ndarray, rest: Optional[np.ndarray] = None) -> BendCount:
         """Creases and folds of `positions` against `reference`; with the `rest` shape also how
@@ -117,7 +124,7 @@ def _interior_edges(triangles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return undirected[rows[:, 0]], owner[rows]
 
 
-class AnySplitBends:
+class AnySplitBends(_TrianglePairs):
     """The bends of a face mesh however its quads are split into triangles.
 
     A quad is shown as two triangles, split along one diagonal or the other, and which one is
@@ -148,25 +155,9 @@ class AnySplitBends:
         same_face = face_of[first] == face_of[second]
         keep = ~same_face | (split_of[first] == split_of[second])   # one face: only one split's halves
         self.pairs = np.stack([first[keep], second[keep]], axis=1)
-        # (P,4) the vertices of each pair: the first triangle's three and the second's far corner
+        # (P,6) the corners of each pair's two triangles (the shared edge's twice)
         self.pair_vertices = np.concatenate([self.triangles[self.pairs[:, 0]],
                                              self.triangles[self.pairs[:, 1]]], axis=1)
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def angles(self, positions: np.ndarray) -> np.ndarray:
-        """(P,) radians between the normals of each pair's two triangles."""
-        corners = np.asarray(positions, dtype=np.float64)[self.triangles]
-        normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
-        lengths = np.linalg.norm(normals, axis=1, keepdims=True)
-        normals = normals / np.where(lengths > 0.0, lengths, 1.0)
-        first, second = normals[self.pairs[:, 0]], normals[self.pairs[:, 1]]
-        return np.arctan2(np.linalg.norm(np.cross(first, second), axis=1), np.einsum("ij,ij->i", first, second))
-
-    def excess(self, positions: np.ndarray, reference: np.ndarray) -> np.ndarray:
-        """(P,) degrees each pair bends beyond the reference's bend (negative: flatter)."""
-        return np.degrees(self.angles(positions) - self.angles(reference))
 
     @staticmethod
     def _pairs_across_edges(triangles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
