@@ -151,7 +151,7 @@ class Linearisation:
         self.embedding = face.embedding
 
     def _solve(self, rhs):
-        return self._factor.solve_A(rhs)
+        return self._factor.solve(rhs)
 
     def position_change(self, d_activations, d_jaw) -> np.ndarray:
         """dx/dθ (da, db): (3N,) first-order change of the node positions."""

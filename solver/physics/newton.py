@@ -72,7 +72,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 import scipy.sparse as sp
-from sksparse import cholmod
+from .cholesky import NotPositiveDefinite, SparseCholesky
 
 from .constraints import BoneConstraints
 
@@ -174,10 +174,9 @@ class CholmodLinearSolver:
             (matrix.indptr is self._indptr and matrix.indices is self._indices)
             or (np.array_equal(matrix.indptr, self._indptr) and np.array_equal(matrix.indices, self._indices)))
         if not same_pattern:
-            # METIS nested dissection: ~20 % less fill than CHOLMOD's default AMD on face tet
-            # meshes (4.1 M against 5.1 M factor entries at 35k tets), 15 % faster factorisations;
-            # its 0.1 s analysis is paid once per animation.
-            self._factor = cholmod.analyze(matrix, mode="supernodal", ordering_method="metis")
+            # The analysis (METIS ordering, where the back end keeps one) is paid once per
+            # animation, ~0.1 s at 35k tets (cholesky.py).
+            self._factor = SparseCholesky(matrix)
             self._has_numeric_factor = False
             self._indptr, self._indices = matrix.indptr, matrix.indices
             self.symbolic_analyses += 1
@@ -196,7 +195,7 @@ class CholmodLinearSolver:
             if direction is not None:
                 return direction, 0.0
         shift = self.factorise(matrix, low_rank, shifts=shifts)
-        return self._factor.solve_A(rhs), shift
+        return self._factor.solve(rhs), shift
 
     def krylov_solve(self, matrix: sp.csc_matrix, rhs: np.ndarray, relative_tolerance: float,
                      low_rank: LowRankTerm | None = None, shift: float = 0.0) -> tuple[np.ndarray | None, str]:
@@ -211,28 +210,32 @@ class CholmodLinearSolver:
         low_rank = low_rank if low_rank is not None else LowRankTerm.empty(matrix.shape[0])
         preconditioner = self._preconditioner_for(low_rank)
         direction, iterations, outcome = _conjugate_gradients_with_outcome(
-            matrix, rhs, preconditioner.solve_A, relative_tolerance, MAX_KRYLOV_ITERATIONS, shift)
+            matrix, rhs, preconditioner.solve, relative_tolerance, MAX_KRYLOV_ITERATIONS, shift)
         self.krylov_iterations += iterations
         return direction, outcome
 
     def _preconditioner_for(self, term: LowRankTerm):
         """The kept factor with its low-rank term replaced by `term`: columns that appeared are
         added (update) before those that went are taken out (downdate), so the matrix stays
-        positive definite in between. The modified copy is kept and modified again next time."""
-        factor, held = self._modified if self._modified is not None else (self._factor, self._factored_term)
+        positive definite in between. The modified copy is kept and modified again next time.
+        A back end that cannot modify a factor (cholespy) preconditions with the kept one as it
+        is, and CG makes up the difference in iterations."""
+        if not self._factor.can_modify:
+            return self._factor.current
+        factor, held = self._modified if self._modified is not None else (self._factor.current, self._factored_term)
         wanted, present = set(term.keys), set(held.keys)
         added = [i for i, key in enumerate(term.keys) if key not in present]
         removed = [i for i, key in enumerate(held.keys) if key not in wanted]
         if not added and not removed:
             return factor
-        if factor is self._factor:
+        if factor is self._factor.current:
             # The modification turns the factor simplicial; the kept supernodal one is what the
             # next factorisation refills, so the modified preconditioner is a copy.
             factor = factor.copy()
         if added:
-            factor.update_inplace(term.columns[:, added].tocsc())
+            factor.modify(term.columns[:, added].tocsc())
         if removed:
-            factor.update_inplace(held.columns[:, removed].tocsc(), subtract=True)
+            factor.modify(held.columns[:, removed].tocsc(), subtract=True)
         self.low_rank_modifications += 1
         self._modified = (factor, term)
         return factor
@@ -249,8 +252,8 @@ class CholmodLinearSolver:
         for shift in (shift_sequence(matrix, self.last_shift) if shifts is None else shifts):
             self.factorisations += 1
             try:
-                self._factor.cholesky_inplace(matrix, beta=shift)
-            except cholmod.CholmodNotPositiveDefiniteError:
+                self._factor.factorise(matrix, shift)
+            except NotPositiveDefinite:
                 self._has_numeric_factor = False
                 continue
             self._has_numeric_factor = True
@@ -274,13 +277,13 @@ class CholmodLinearSolver:
         self.last_shift = 0.0
 
     def factor_copy(self):
-        """A copy of the kept numeric factor (a CHOLMOD Factor; ``solve_A``), for a caller that
+        """A copy of the kept numeric factor (a cholesky.CholeskyFactor; ``solve``), for a caller that
         keeps solving with it while later solves refactorise the kept one in place: inverse
         physics linearises an equilibrium, then solves trial equilibria, then uses the
         linearisation again after a rejected trial."""
         if not self._has_numeric_factor:
             raise RuntimeError("no numeric factor: call factorise first")
-        return self._factor.copy()
+        return self._factor.snapshot()
 
 
 # How a Krylov solve ended (CholmodLinearSolver.krylov_solve).

@@ -75,11 +75,11 @@ from typing import Callable, Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sparse
-from sksparse import cholmod
 
 from ..collisions.contacts import BonePose
 from ..geometry import triangle_normals_areas
 from ..geometry.bends import AnySplitBends
+from .cholesky import SparseCholesky
 
 # The kernel's width as a share of the tet spacing at the mouth (the finest in the model): a
 # tet-face kink is smoothed over about one tet. ICT (5.1 mm between the lips): 3.1 mm.
@@ -144,8 +144,7 @@ class SkinFilter:
         self._pattern_keys = _keys(self._pattern.tocoo())
         # The fold guard looks at the faces as shown: each quad split either way (geometry/bends.py).
         self._shown_bends = AnySplitBends(self.triangles if faces is None else faces, self.vertex_count)
-        self._analysis = cholmod.analyze(self._matrix(self._plate(rest_skin), self._areas),
-                                         mode="supernodal", ordering_method="metis")
+        self._cholesky = SparseCholesky(self._matrix(self._plate(rest_skin), self._areas))
 
     @staticmethod
     def for_model(model: dict, width_m: Optional[float] = None) -> "SkinFilter":
@@ -182,13 +181,15 @@ class SkinFilter:
                   keep_out: Optional[KeepOut]) -> FilteredSkin:
         """The deviation smoothed with `smoothing` (the plate, and the guard's membrane), then
         pushed and pinned out of the colliders (module docstring, 1–3)."""
-        free = self._analysis.cholesky(self._matrix(smoothing, self._areas))
+        self._cholesky.factorise(self._matrix(smoothing, self._areas))
+        free = self._cholesky.current      # the pushes reuse it; pinning refactorises (then it is not used again)
 
         def smooth(deviation, pinned=None):
             if pinned is None:
-                return free(self._areas[:, None] * deviation)
+                return free.solve(self._areas[:, None] * deviation)
             weights = self._areas * np.where(pinned, PIN_WEIGHT, 1.0)
-            return self._analysis.cholesky(self._matrix(smoothing, weights))(weights[:, None] * deviation)
+            self._cholesky.factorise(self._matrix(smoothing, weights))
+            return self._cholesky.solve(weights[:, None] * deviation)
 
         held = skin - rig                       # the deviation to smooth, or to hold where pinned
         shown = rig + smooth(held)
