@@ -228,18 +228,28 @@ class FACE_PHYSICS_OT_cancel_job(bpy.types.Operator):
         return {'FINISHED'}
 
 
+def _first_refusal(cls, conditions) -> bool:
+    """Poll from (holds, message why not) pairs: False with the first failing one's message."""
+    for holds, message in conditions:
+        if not holds:
+            cls.poll_message_set(message)
+            return False
+    return True
+
+
 class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
-    """Create a Python environment for the solver in the add-on's user folder and install its
-    packages (several minutes; needs the network and the SuiteSparse and IPOPT libraries)"""
+    """Create (or repair) a Python environment for the solver in the add-on's user folder and
+    install its packages from the package registry (several minutes; where SuiteSparse and IPOPT
+    are missing, the portable wheels-only set)"""
     bl_idname = "face_physics.install_solver"
     bl_label = "Install Solver"
 
     @classmethod
     def poll(cls, context):
-        if current_job() is not None:
-            cls.poll_message_set("A Face Physics job is running")
-            return False
-        return True
+        return _first_refusal(cls, (
+            (current_job() is None, "A Face Physics job is running"),
+            (getattr(bpy.app, "online_access", True),
+             "Blender works offline: allow Online Access (Preferences › System) to download the solver's packages")))
 
     def start(self, context):
         venv = preferences.solver_venv_dir()
@@ -247,6 +257,30 @@ class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
 
     def apply(self, context, job):
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'solver installed')}")
+
+
+class FACE_PHYSICS_OT_check_solver(_SolverJobOperator, bpy.types.Operator):
+    """Ask the solver Python what it can run: its packages, the sparse Cholesky back end
+    (scikit-sparse or the portable cholespy) and IPOPT; the answer shows in the preferences"""
+    bl_idname = "face_physics.check_solver"
+    bl_label = "Check Solver"
+
+    @classmethod
+    def poll(cls, context):
+        return _first_refusal(cls, (
+            (current_job() is None, "A Face Physics job is running"),
+            (preferences.solver_python() is not None, "No solver Python yet: press Install Solver or set one")))
+
+    def start(self, context):
+        return Job("check solver", solver_environment.check_command(preferences.solver_python()))
+
+    def _finish(self, context, job):
+        preferences.LAST_CHECK.clear()
+        preferences.LAST_CHECK.update(job.result or {"message": f"check failed: {job.error_message()}"})
+        return super()._finish(context, job)
+
+    def apply(self, context, job):
+        self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'solver checked')}")
 
 
 class FACE_PHYSICS_OT_fit(_SolverJobOperator, bpy.types.Operator):
@@ -504,7 +538,7 @@ class FACE_PHYSICS_OT_import_rig(bpy.types.Operator):
 
 
 CLASSES = (FACE_PHYSICS_OT_build, FACE_PHYSICS_OT_bake, FACE_PHYSICS_OT_fat_preview, FACE_PHYSICS_OT_fat_preview_remove,
-           FACE_PHYSICS_OT_cancel_job, FACE_PHYSICS_OT_install_solver,
+           FACE_PHYSICS_OT_cancel_job, FACE_PHYSICS_OT_install_solver, FACE_PHYSICS_OT_check_solver,
            FACE_PHYSICS_OT_fit, FACE_PHYSICS_OT_fit_list, FACE_PHYSICS_OT_palsy_preset, FACE_PHYSICS_OT_zombie_preset,
            FACE_PHYSICS_OT_paint_map, FACE_PHYSICS_OT_check, FACE_PHYSICS_OT_map_shape_key_names,
            FACE_PHYSICS_OT_collider_add, FACE_PHYSICS_OT_muscle_overlay, FACE_PHYSICS_OT_import_rig)

@@ -10,6 +10,9 @@ from .ui_text import wrap
 
 ADDON_PACKAGE = __package__
 
+# The last Check Solver answer (the solver's `check` result), shown in the preferences; not saved.
+LAST_CHECK: dict = {}
+
 
 def addon_preferences():
     """The preferences, or None when the add-on was registered without Blender's add-on
@@ -67,6 +70,17 @@ class FACE_PHYSICS_AP_preferences(bpy.types.AddonPreferences):
         layout = self.layout
         layout.prop(self, "solver_python")
         draw_solver_status(layout, context, always=True)
+        row = layout.row()
+        row.operator("face_physics.check_solver", icon='VIEWZOOM')
+        row.operator("face_physics.install_solver", text="Install / Repair Solver", icon='IMPORT')
+        lines = solver_environment.check_summary(LAST_CHECK)
+        if lines:
+            box = layout.box()
+            box.alert = not LAST_CHECK.get("ok", False)
+            column = box.column(align=True)
+            for line in lines:
+                for part in wrap(line, 72):
+                    column.label(text=part)
 
 
 CLASSES = (FACE_PHYSICS_AP_preferences,)

@@ -27,8 +27,11 @@ BUNDLE_DIR_NAME = "solver_bundle"
 VENV_DIR_NAME = "solver-venv"
 REQUIREMENTS_NAME = "requirements.txt"
 
-# Only the add-on's own tests need Blender-as-a-module; the solver never imports it.
-_NOT_FOR_THE_SOLVER = {"bpy"}
+# The add-on's and the project's tests need these; the solver never imports them.
+_NOT_FOR_THE_SOLVER = {"bpy", "pytest", "pytest-xdist"}
+# These build against system libraries (SuiteSparse, IPOPT); the portable set leaves them out and
+# the solver runs on cholespy's bundled CHOLMOD, without the optional IPOPT contact solver.
+NEEDS_SYSTEM_LIBRARIES = {"scikit-sparse", "cyipopt"}
 
 
 def solver_source_dir() -> Optional[Path]:
@@ -60,7 +63,7 @@ def missing_solver_message(preferred: str) -> str:
     if preferred:
         return (f"The solver Python in the Face Physics preferences does not exist: {preferred}. "
                 f"Fix the path, or clear it and press Install solver.")
-    return ("Face Physics needs its solver (numpy, scipy, numba, CHOLMOD, IPOPT) in a Python of its own. "
+    return ("Face Physics needs its solver (numpy, scipy, numba, CHOLMOD) in a Python of its own. "
             "Press Install solver, or set an existing solver Python in the add-on preferences.")
 
 
@@ -79,6 +82,29 @@ def solver_environment(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
+def check_command(python) -> List[str]:
+    """`python -m solver --json check`: which packages and back ends the solver Python has."""
+    return [str(python), "-m", "solver", "--json", "check"]
+
+
+def check_summary(result: Optional[dict]) -> List[str]:
+    """Lines for the preferences from a check's result: the verdict, the sparse Cholesky back
+    end, IPOPT, and each problem with its fix."""
+    if not result:
+        return []
+    lines = [str(result.get("message", ""))]
+    packages = result.get("packages") or {}
+    for name, package in sorted(packages.items()):
+        if isinstance(package, dict):
+            state = package.get("version") or "not installed"
+            if package.get("version") and not package.get("imports"):
+                state += " (does not load)"
+            lines.append(f"{name}: {state}")
+    lines += [f"Problem: {problem}" for problem in result.get("problems") or []]
+    lines += [str(note) for note in result.get("notes") or []]
+    return lines
+
+
 def run_job_command(python, job_dir) -> List[str]:
     return [str(python), "-m", "solver", "--json", "run-job", str(job_dir)]
 
@@ -88,23 +114,26 @@ def run_job_command(python, job_dir) -> List[str]:
 INSTALLED_STAMP = ".face-physics-installed"
 
 
-def solver_requirements(requirements_text: str) -> str:
-    """requirements.txt without the packages only the add-on's tests use."""
+def solver_requirements(requirements_text: str, portable: bool = False) -> str:
+    """requirements.txt without the packages only the tests use; `portable`: also without
+    those that build against system libraries (wheels only, on any platform)."""
+    dropped = _NOT_FOR_THE_SOLVER | (NEEDS_SYSTEM_LIBRARIES if portable else set())
     kept = []
     for line in requirements_text.splitlines():
         name = line.split("#", 1)[0].strip()
         for separator in "=<>!~;[ ":
             name = name.split(separator, 1)[0]
-        if name.strip().lower() not in _NOT_FOR_THE_SOLVER:
+        if name.strip().lower() not in dropped:
             kept.append(line)
     return "\n".join(kept) + "\n"
 
 
-def install_command(venv_dir) -> List[str]:
-    """The background installer, run with Blender's own Python (it has venv and ensurepip)."""
+def install_command(venv_dir, portable: bool = False) -> List[str]:
+    """The background installer, run with Blender's own Python (it has venv and ensurepip);
+    `portable`: straight to the wheels-only set."""
     source = solver_source_dir()
     if source is None:
         raise FileNotFoundError("the add-on has no solver source to install (solver_bundle/ is missing); "
                                 "reinstall the add-on from the zip `python3 build.py addon` made")
     return [sys.executable, str(ADDON_DIR / "install_solver.py"), "--venv", str(venv_dir),
-            "--requirements", str(source / REQUIREMENTS_NAME)]
+            "--requirements", str(source / REQUIREMENTS_NAME)] + (["--portable"] if portable else [])

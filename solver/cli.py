@@ -8,6 +8,8 @@ Commands:
   fit-pictures heat maps of the worst and best shape-key fits of a FIT.npz
   animate      run a model through per-frame activations, or shape-key weights through a fit
   run-job      run a job folder (job.json) written by the Blender add-on; always JSON lines
+  check        what this Python can run: packages, the sparse Cholesky back end, IPOPT (exit 2
+               when the solver cannot run here)
 
 Progress goes to stderr as text, or to stdout as one JSON object per line with
 --json (`{"type": "progress"|"result"|"error", ...}`), for programs that drive the solver.
@@ -48,6 +50,21 @@ class _Reporter:
 
     def error(self, message):
         self._emit("error", message=message)
+
+    def done(self, status: str):
+        """The job protocol's last line (JSON only), for a caller that runs a command as a job."""
+        if self.as_json:
+            print(json.dumps({"type": "done", "status": status}), flush=True)
+
+
+def _check(args, report):
+    from .environment_check import check_environment
+    info = check_environment()
+    report.result(**info)
+    if not info["ok"]:
+        report.done("error")
+        raise InputError(info["message"])
+    report.done("ok")
 
 
 def _demo_rig(args, report):
@@ -272,6 +289,8 @@ def _parser():
     run.add_argument("--contact-solver", default="newton",
                      help="contact response: newton (augmented Lagrangian, the default) or ipopt")
     run.set_defaults(run=_animate)
+    check = commands.add_parser("check", help="what this Python can run: packages, sparse Cholesky, IPOPT")
+    check.set_defaults(run=_check)
     job = commands.add_parser("run-job", help="run JOB_DIR/job.json (the add-on's job protocol, docs/addon.md)")
     job.add_argument("job_dir", type=Path)
     job.set_defaults(run=_run_job)

@@ -346,9 +346,22 @@ def test_a_missing_solver_python_gives_the_install_message_not_a_traceback(scene
         assert not bpy.ops.face_physics.build.poll()
         with pytest.raises(RuntimeError, match="solver Python in the Face Physics preferences does not exist"):
             bpy.ops.face_physics.build()
-        assert bpy.ops.face_physics.install_solver.poll()
+        # Installing downloads packages: offered only where Blender may go online.
+        assert bpy.ops.face_physics.install_solver.poll() == bpy.app.online_access
     finally:
         preferences.solver_python = sys.executable
+
+
+def test_check_solver_asks_the_real_solver_python_and_shows_its_answer(addon):
+    """Check Solver runs `python -m solver check` in the solver Python (a real child process)
+    and the preferences show the verdict, the sparse Cholesky back end and each package."""
+    from blender_addon import preferences as addon_preferences, solver_environment
+    assert bpy.ops.face_physics.check_solver.poll()
+    assert bpy.ops.face_physics.check_solver() == {'FINISHED'}
+    answer = addon_preferences.LAST_CHECK
+    assert answer["ok"] and answer["cholesky_backend"] in ("scikit-sparse", "cholespy")
+    lines = solver_environment.check_summary(answer)
+    assert lines[0].startswith("solver ready") and any(line.startswith("cholespy: ") for line in lines)
 
 
 FITTED = ("mouthSmile_L", "mouthClose")       # mouthClose is fitted on top of jawOpen, so jawOpen comes too

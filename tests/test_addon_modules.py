@@ -189,6 +189,10 @@ def test_solver_environment_puts_the_solver_source_on_the_path():
     env = solver_environment.solver_environment({"PYTHONPATH": "/elsewhere", "PYTHONHOME": "/blender"})
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"] and "PYTHONHOME" not in env
     assert "bpy" not in solver_environment.solver_requirements("numpy==1\nbpy==5.0.1  # tests\nscipy==2\n")
+    text = "numpy==1\nscikit-sparse==0.4.16\ncholespy==2.2.0\ncyipopt==1.7.0\npytest==9\nbpy==5.0.1\n"
+    assert solver_environment.solver_requirements(text).split() == [
+        "numpy==1", "scikit-sparse==0.4.16", "cholespy==2.2.0", "cyipopt==1.7.0"]
+    assert solver_environment.solver_requirements(text, portable=True).split() == ["numpy==1", "cholespy==2.2.0"]
     assert solver_environment.resolve_solver_python("/no/such/python", None) is None
     assert solver_environment.resolve_solver_python(sys.executable, None) == Path(sys.executable)
 

@@ -100,6 +100,12 @@ class AnimateRequest:
             put(name, getattr(settings, name))
         put("collisions", check.choices(self.collisions, "collisions", COLLISION_KINDS))
         put("contact_solver", check.choice(self.contact_solver, "contact_solver", CONTACT_SOLVERS))
+        if self.contact_solver == "ipopt" and self.collisions:
+            from ..environment_check import ipopt_available
+            if not ipopt_available():
+                raise RequestError("contact_solver", "ipopt needs IPOPT (cyipopt), which this solver Python lacks",
+                                   "use newton (the default), or run the solver from a Python with cyipopt "
+                                   "(`python3 build.py setup` on Linux)")
         if self.teeth_padding_m is not None:
             if "teeth" not in self.collisions:
                 raise RequestError("teeth_padding_m", "applies only with teeth collisions",
