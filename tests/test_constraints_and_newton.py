@@ -423,7 +423,7 @@ def test_a_krylov_solve_says_how_it_ended_and_keeps_the_factor():
     distant = sp.csc_matrix(basis @ np.diag(np.geomspace(1e-3, 1e3, 20)) @ basis.T)
     assert solver.krylov_solve(distant, rhs, 1e-12) == (None, newton.TOO_MANY_ITERATIONS)
     assert solver.factorisations == 1 and solver._has_numeric_factor
-    np.testing.assert_allclose(spd @ solver.factor_copy().solve_A(rhs), rhs, atol=1e-10)
+    np.testing.assert_allclose(spd @ solver.factor_copy().solve(rhs), rhs, atol=1e-10)
 
 
 # ----------------------------------------------------------------------------- IPOPT
