@@ -54,9 +54,14 @@ class Job:
         self.finished_shapes: List[dict] = []
         self.plan = None                           # where the result goes, fixed at the start (workflow.BakePlan)
         self.outcome: Optional[str] = None         # 'FINISHED' | 'CANCELLED' | 'FAILED'
+        self.started = time.monotonic()
         self.process = SolverProcess(command, env=solver_environment.solver_environment())
         _current = self
         self._publish()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
 
     def _publish(self) -> None:
         state = bpy.context.window_manager.face_physics_job

@@ -1,15 +1,19 @@
 """Operators: each packs settings, hands work to the solver bridge and reports.
 
 Long work (build, fit, bake, install) runs in a modal operator that polls the child process on a
-timer, so Blender never freezes; Esc or the panel's Cancel button stops it. In background
-mode (no window, farm bakes, tests) the same job runs to the end in the operator's call.
+timer, so Blender never freezes; Esc (twice within 3 s once the job has run 10 s:
+cancel_guard.py) or the panel's Cancel button stops it. In background mode (no window, farm
+bakes, tests) the same job runs to the end in the operator's call.
 """
+
+import time
 
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
 from . import (fat_preview, job_files, job_runner, muscle_overlay, preflight, preferences, scene_export,
                solver_environment, solver_numbers, workflow)
+from .cancel_guard import CancelGuard
 from .job_runner import Job, current_job
 from .workflow import skin_object
 
@@ -43,6 +47,7 @@ class _SolverJobOperator:
     `self.apply(context, job)` only when it succeeded."""
     _timer = None
     _job = None
+    _cancel_guard = None
 
     def start(self, context):
         raise NotImplementedError
@@ -71,7 +76,9 @@ class _SolverJobOperator:
 
     def modal(self, context, event):
         job = self._job
-        if event.type == 'ESC' and event.value == 'PRESS':
+        if self._cancel_guard is None:
+            self._cancel_guard = CancelGuard()
+        if event.type == 'ESC' and event.value == 'PRESS' and self._cancel_guard.press(job.elapsed_s, time.monotonic()):
             job.cancel()
         if event.type in {'TIMER', 'ESC'}:
             if job.update() is not None:
@@ -79,8 +86,10 @@ class _SolverJobOperator:
                 context.workspace.status_text_set(None)
                 self._redraw(context)
                 return self._finish(context, job)
+            hint = (CancelGuard.prompt(job.elapsed_s) if self._cancel_guard.armed(time.monotonic())
+                    else "Esc to cancel")
             context.workspace.status_text_set(f"Face Physics — {job.description}: {job.message} "
-                                              f"({job.fraction:.0%})   Esc to cancel")
+                                              f"({job.fraction:.0%})   {hint}")
             self._redraw(context)
         return {'PASS_THROUGH'}
 

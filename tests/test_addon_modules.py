@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from blender_addon import head_motion, job_files, pc2_cache, preflight, solver_environment  # noqa: E402
+from blender_addon.cancel_guard import CONFIRM_AFTER_S, CONFIRM_WINDOW_S, CancelGuard  # noqa: E402
 from blender_addon.solver_process import SolverProcess  # noqa: E402
 from solver.pc2 import read_pc2  # noqa: E402
 
@@ -216,3 +217,16 @@ def test_solver_never_imports_bpy():
     run = subprocess.run([sys.executable, "-c", "import sys, solver.jobs, solver.cli; "
                           "print('bpy' in sys.modules)"], cwd=ROOT, capture_output=True, text=True)
     assert run.stdout.strip() == "False", run.stderr
+
+
+def test_esc_cancels_a_young_job_at_once_and_an_old_one_only_when_pressed_again():
+    guard = CancelGuard()
+    assert guard.press(job_elapsed_s=CONFIRM_AFTER_S - 1, now=100.0)          # a young job: at once
+    old = CONFIRM_AFTER_S + 30
+    assert not guard.press(old, now=200.0) and guard.armed(200.0)             # first press only arms
+    assert "press Esc again within 3 s" in CancelGuard.prompt(old)
+    assert guard.press(old, now=200.0 + CONFIRM_WINDOW_S - 0.5)                # confirmed in time
+    assert not guard.armed(203.0)
+    assert not guard.press(old, now=300.0)                                     # armed again...
+    assert not guard.press(old, now=300.0 + CONFIRM_WINDOW_S + 1)              # ...too late: re-armed
+    assert guard.press(old, now=300.0 + CONFIRM_WINDOW_S + 2)
