@@ -57,7 +57,7 @@ from solver.inverse.shapes import rig_shape_deltas  # noqa: E402
 from solver.model_file import load_model  # noqa: E402
 from solver.physics.animate import animate  # noqa: E402
 from solver.physics.simulator import SimulationSettings  # noqa: E402
-from solver.physics.skin_filter import SkinFilter  # noqa: E402
+from solver.physics.skin_filter import SkinFilter, default_width  # noqa: E402
 from solver.rig import triangulate  # noqa: E402
 from tests.ict_data import load_ict_rig  # noqa: E402
 
@@ -157,7 +157,7 @@ def refilter(model, result, plain, label, jobs: int = 1):
     for chunk, (skins, pinned, guarded, seconds) in zip(chunks, done):
         result.skin_positions[chunk], result.filter_pinned[chunk], result.filter_guarded[chunk] = skins, pinned, guarded
         result.frame_seconds[chunk] += seconds
-    print(f"  clip {label}: shown through the skin filter (width {SkinFilter.for_model(model).width_m * 1e3:.1f} mm)")
+    print(f"  clip {label}: shown through the skin filter (width {default_width(model) * 1e3:.1f} mm)")
 
 
 _REFILTERING = None       # what refilter's workers read: (model, skins, plain, skull, jaw transforms)
@@ -173,7 +173,7 @@ def _refilter_worker(work):
 
 
 def _refilter_frames(frames):
-    model, skins, plain, skull, jaw = _REFILTERING
+    _, skins, plain, skull, jaw = _REFILTERING
     skin_filter, scene, tolerance = _REFILTER_TOOLS
     shown, pinned, guarded, seconds = [], [], [], []
     for frame in frames:

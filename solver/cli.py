@@ -54,7 +54,7 @@ class _Reporter:
     def done(self, status: str):
         """The job protocol's last line (JSON only), for a caller that runs a command as a job."""
         if self.as_json:
-            print(json.dumps({"type": "done", "status": status}), flush=True)
+            self._emit("done", status=status)
 
 
 def _check(args, report):

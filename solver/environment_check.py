@@ -36,7 +36,7 @@ def _package(distribution: str, module: str) -> dict:
 def check_environment() -> dict:
     """The report (JSON-ready): Python, platform, each package, the Cholesky back end chosen,
     whether IPOPT is there, the problems with their fixes, and ok (the solver can run)."""
-    from .physics.cholesky import CholeskyUnavailable, backend_name, backend_version
+    from .physics.cholesky import CholeskyUnavailable, backend_name
     packages = {name: _package(name, module) for name, module, _ in REQUIRED}
     packages.update({name: _package(name, module) for name, module in CHOLESKY})
     packages.update({name: _package(name, module) for name, module, _ in OPTIONAL})
@@ -46,7 +46,7 @@ def check_environment() -> dict:
     cholesky = cholesky_version = None
     try:
         cholesky = backend_name()
-        cholesky_version = backend_version(cholesky)
+        cholesky_version = packages[cholesky]["version"] or "unknown"
     except CholeskyUnavailable as error:
         problems.append(str(error))
     missing_optional = [f"{name} is not available: {needed}"
@@ -63,8 +63,5 @@ def check_environment() -> dict:
 
 def ipopt_available() -> bool:
     """Whether cyipopt imports in this Python."""
-    try:
-        importlib.import_module("cyipopt")
-    except Exception:           # noqa: BLE001 - missing or unloadable alike
-        return False
-    return True
+    name, module, _ = OPTIONAL[0]
+    return _package(name, module)["imports"]

@@ -87,11 +87,10 @@ def validate_model(model: dict) -> None:
     }
     if "skin_faces" in model:
         faces = np.asarray(model["skin_faces"])
-        checks["skin_faces"] = (faces.dtype.kind in "iu" and faces.ndim == 2 and faces.shape[1] in (3, 4)
-                                and indexes(faces[:, :3], len(model["skin_vertices"]))
-                                and (faces.shape[1] == 3 or bool(np.all((faces[:, 3] == -1)
-                                                                        | ((faces[:, 3] >= 0)
-                                                                           & (faces[:, 3] < len(model["skin_vertices"])))))))
+        # (F,3) triangles or (F,4) quads whose fourth corner is -1 for a triangle
+        well_shaped = faces.dtype.kind in "iu" and faces.ndim == 2 and faces.shape[1] in (3, 4)
+        checks["skin_faces"] = well_shaped and indexes(faces[:, :3], len(model["skin_vertices"])) and (
+            faces.shape[1] == 3 or indexes(faces[faces[:, 3] != -1, 3], len(model["skin_vertices"])))
     for key, ok in checks.items():
         if not ok:
             raise ModelFormatError(f"{key}: inconsistent with the rest of the model (shape or index range).")

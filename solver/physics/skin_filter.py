@@ -217,16 +217,18 @@ class SkinFilter:
     def _membrane(self, surface: np.ndarray, guarded: np.ndarray) -> sparse.csr_matrix:
         """The cotangent Laplacian of the guarded triangles only, measured on `surface` (the rig
         frame), squashed triangles floored as in the plate."""
-        triangles = self.triangles[guarded]
-        areas = np.maximum(triangle_normals_areas(surface, triangles)[1],
-                           SQUASHED_AREA_FLOOR * self._rest_triangle_areas[guarded])
-        return _cotangent_laplacian(surface, triangles, areas)
+        return _cotangent_laplacian(surface, self.triangles[guarded], self._floored_areas(surface, guarded))
+
+    def _floored_areas(self, surface: np.ndarray, chosen=slice(None)) -> np.ndarray:
+        """Areas of the `chosen` triangles on `surface`, each at least SQUASHED_AREA_FLOOR of its
+        rest area (finite stiffness, positive semi-definite; module docstring)."""
+        return np.maximum(triangle_normals_areas(surface, self.triangles[chosen])[1],
+                          SQUASHED_AREA_FLOOR * self._rest_triangle_areas[chosen])
 
     def _plate(self, surface: np.ndarray) -> sparse.csc_matrix:
         """τ² L M⁻¹ L measured on `surface` (the rest skin or a rig frame), squashed triangles
         floored at SQUASHED_AREA_FLOOR of their rest area."""
-        areas = np.maximum(triangle_normals_areas(surface, self.triangles)[1],
-                           SQUASHED_AREA_FLOOR * self._rest_triangle_areas)
+        areas = self._floored_areas(surface)
         laplacian = _cotangent_laplacian(surface, self.triangles, areas)
         lumped = _lumped(areas, self.triangles, self.vertex_count)
         return (self._tau ** 2 * (laplacian @ sparse.diags(1.0 / lumped) @ laplacian)).tocsc()
