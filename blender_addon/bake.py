@@ -19,12 +19,8 @@ from . import pc2_cache
 from .storage import BAKE_ACTION_PREFIX, BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME, cache_path, relative
 
 
-def _fcurve_collections(key):
-    """The F-curve collections of the shape-key datablock's action (legacy and 4.4+ layered)."""
-    animation = key.animation_data
-    if animation is None or animation.action is None:
-        return []
-    action = animation.action
+def action_fcurve_collections(action) -> list:
+    """The F-curve collections of an action (legacy, and 4.4+ layered with channel bags)."""
     if hasattr(action, "fcurves") and not getattr(action, "is_action_layered", False):
         return [action.fcurves]
     collections = []
@@ -33,6 +29,14 @@ def _fcurve_collections(key):
             for channelbag in getattr(strip, "channelbags", []):
                 collections.append(channelbag.fcurves)
     return collections
+
+
+def _fcurve_collections(key):
+    """The F-curve collections of the shape-key datablock's action."""
+    animation = key.animation_data
+    if animation is None or animation.action is None:
+        return []
+    return action_fcurve_collections(animation.action)
 
 
 def remove_previous_bake(obj) -> None:
@@ -65,15 +69,14 @@ def _move_modifier_first(obj, modifier) -> None:
         obj.modifiers.move(index, 0)
 
 
-def bake_point_cache(obj, local_frames: np.ndarray, first_frame: int) -> Path:
-    """Write the cache (temporary file, then swap) and point a Mesh Cache modifier at it."""
-    path = cache_path(obj)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pc2_cache.write_pc2(path, local_frames, local_frames.shape[1], start_frame=float(first_frame))
+def bind_point_cache(obj, path, first_frame: int) -> None:
+    """Show the `.pc2` at `path` on the object with our Mesh Cache modifier, first in the stack,
+    replacing what an earlier bake made. The cache may still be growing (a bake in progress):
+    Blender reads it on every evaluation, so new frames show as they arrive."""
     remove_previous_bake(obj)
     modifier = obj.modifiers.new(CACHE_MODIFIER_NAME, 'MESH_CACHE')
     modifier.cache_format = 'PC2'
-    modifier.filepath = relative(path)
+    modifier.filepath = relative(Path(path))
     modifier.deform_mode = 'OVERWRITE'
     modifier.time_mode = 'FRAME'
     modifier.play_mode = 'SCENE'
@@ -82,6 +85,14 @@ def bake_point_cache(obj, local_frames: np.ndarray, first_frame: int) -> Path:
     modifier.forward_axis, modifier.up_axis = 'POS_Y', 'POS_Z'   # no axis conversion: the cache is local
     _move_modifier_first(obj, modifier)
     obj.face_physics.baked_target = 'PC2'
+
+
+def bake_point_cache(obj, local_frames: np.ndarray, first_frame: int, path) -> Path:
+    """Write the cache at `path` (temporary file, then swap) and show it (`bind_point_cache`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pc2_cache.write_pc2(path, local_frames, local_frames.shape[1], start_frame=float(first_frame))
+    bind_point_cache(obj, path, first_frame)
     return path
 
 
@@ -153,13 +164,15 @@ def bake_shape_keys(obj, local_frames: np.ndarray, first_frame: int, new_action:
     return len(local_frames)
 
 
-def apply_bake(obj, target: str, skin_positions_m: np.ndarray, first_frame: int, metres_per_unit: float):
+def apply_bake(obj, target: str, skin_positions_m: np.ndarray, first_frame: int, metres_per_unit: float,
+               cache=None):
+    """Put simulated frames on the object as `target` says: PC2 shows `cache` (written from the
+    frames unless it exists already: a take's own cache; default storage.cache_path), else
+    shape keys."""
     local = skin_positions_m / metres_per_unit
     if target == 'PC2':
-        return bake_point_cache(obj, local, first_frame)
+        if cache is not None and os.path.isfile(cache):
+            bind_point_cache(obj, cache, first_frame)
+            return Path(cache)
+        return bake_point_cache(obj, local, first_frame, cache_path(obj) if cache is None else cache)
     return bake_shape_keys(obj, local, first_frame, new_action=target == 'ACTION')
-
-
-def cache_file_exists(obj) -> bool:
-    modifier = obj.modifiers.get(CACHE_MODIFIER_NAME)
-    return modifier is not None and os.path.isfile(bpy.path.abspath(modifier.filepath))

@@ -110,6 +110,7 @@ def _waited(obj, job, on_update=lambda job: None) -> bool:
     except KeyboardInterrupt:     # the solver runs in a session of its own: stop it too
         job.cancel()
         job.wait()
+        _keep_solved_frames(job)
         job.close()
         raise
     on_update(job)                # the messages read by the last poll
@@ -119,8 +120,16 @@ def _waited(obj, job, on_update=lambda job: None) -> bool:
         return True
     reason = "cancelled" if job.outcome == 'CANCELLED' else f"failed: {job.error_message()}"
     print(f"{obj.name}: {job.description} {reason}", file=sys.stderr)
+    _keep_solved_frames(job)
     job.close()
     return False
+
+
+def _keep_solved_frames(job) -> None:
+    """A bake's take keeps the frames solved before it stopped (resumable, like the button's)."""
+    from . import workflow
+    if job.take is not None:
+        workflow.end_bake(job)
 
 
 class _Reports:

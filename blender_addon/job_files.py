@@ -139,6 +139,21 @@ def write_animate_job(job_dir, model_path, activations: Optional[Dict[str, np.nd
     return _write_job(job_dir, "animate", inputs, {"result": RESULT_FILE}, dict(settings))
 
 
+def read_job_settings(job_dir) -> dict:
+    return dict(json.loads((Path(job_dir) / JOB_FILE).read_text(encoding="utf-8"))["settings"])
+
+
+def set_resume(job_dir, resume: bool) -> None:
+    """Mark an animate job to continue from the frames its partial folder holds (or not);
+    job.json is swapped in whole."""
+    path = Path(job_dir) / JOB_FILE
+    job = json.loads(path.read_text(encoding="utf-8"))
+    job["settings"]["resume"] = bool(resume)
+    temporary = path.with_name(f".{JOB_FILE}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(job, indent=2), encoding="utf-8")
+    os.replace(temporary, path)
+
+
 def read_result_positions(job_dir) -> np.ndarray:
     """Skin positions (T, V, 3) in metres from a finished animate job."""
     with np.load(Path(job_dir) / RESULT_FILE, allow_pickle=False) as result:

@@ -39,6 +39,7 @@ def stop_current_job() -> None:
 
 class Job:
     def __init__(self, description: str, command: List[str], job_dir=None, keep_folder: bool = False):
+        """`keep_folder`: the folder outlives the job (a take's; else only with FACE_PHYSICS_KEEP_JOBS)."""
         global _current
         self.description = description
         self.job_dir = job_dir
@@ -53,6 +54,11 @@ class Job:
         # fit runs and kept out of the scene until it succeeds.
         self.finished_shapes: List[dict] = []
         self.plan = None                           # where the result goes, fixed at the start (workflow.BakePlan)
+        self.take = None                           # a bake's take (take_folders.Take)
+        self.frames_done = 0                       # a bake's solved frames of frames_total, as reported
+        self.frames_total = 0
+        self.frame_seconds: List[float] = []       # seconds of each frame solved in this run
+        self.frames_shown = 0                      # frames the viewport was last told about (workflow.follow_bake)
         self.outcome: Optional[str] = None         # 'FINISHED' | 'CANCELLED' | 'FAILED'
         self.started = time.monotonic()
         self.process = SolverProcess(command, env=solver_environment.solver_environment())
@@ -82,6 +88,7 @@ class Job:
                 self.message = str(message.get("message", ""))
                 if isinstance(message.get("fraction"), (int, float)):
                     self.fraction = float(message["fraction"])
+                self._count_frame(message)
                 if isinstance(message.get("shape"), str) and isinstance(message.get("error_mm"), list):
                     self.finished_shapes.append({key: message.get(key) for key in
                                                  ("shape", "error_mm", "status", "context", "start")})
@@ -100,6 +107,36 @@ class Job:
             self.message = {"FINISHED": "done", "CANCELLED": "cancelled", "FAILED": "failed"}[self.outcome]
         self._publish()
         return self.outcome
+
+    def _count_frame(self, message: dict) -> None:
+        frame, frames = message.get("frame"), message.get("frames")
+        if isinstance(frame, int) and isinstance(frames, int) and frames > 0:
+            self.frames_done, self.frames_total = frame, frames
+            if isinstance(message.get("seconds"), (int, float)):
+                self.frame_seconds.append(float(message["seconds"]))
+
+    @property
+    def seconds_per_frame(self) -> float:
+        """Median over the frames solved so far in this run (robust to the slow first frame)."""
+        if not self.frame_seconds:
+            return 0.0
+        ordered = sorted(self.frame_seconds)
+        return ordered[len(ordered) // 2]
+
+    @property
+    def seconds_left(self) -> float:
+        return self.seconds_per_frame * max(self.frames_total - self.frames_done, 0)
+
+    def progress_text(self) -> str:
+        """A bake's frames, seconds per frame and time left; any other job's own message."""
+        if not self.frames_total:
+            return f"{self.message} ({self.fraction:.0%})"
+        text = f"frame {self.frames_done}/{self.frames_total}"
+        if self.frame_seconds:
+            left = self.seconds_left
+            text += f", {self.seconds_per_frame:.2f} s/frame, " + (f"{left / 60:.0f} min left" if left >= 90
+                                                                    else f"{left:.0f} s left")
+        return text
 
     def _decide_outcome(self) -> str:
         if self.process.cancel_requested or self.status == "cancelled":

@@ -1,146 +1,28 @@
-"""Operators: each packs settings, hands work to the solver bridge and reports.
-
-Long work (build, fit, bake, install) runs in a modal operator that polls the child process on a
-timer, so Blender never freezes; Esc (twice within 3 s once the job has run 10 s:
-cancel_guard.py) or the panel's Cancel button stops it. In background mode (no window, farm
-bakes, tests) the same job runs to the end in the operator's call.
+"""Operators of the model, fit, maps and solver set-up: each packs settings, hands work to the
+solver bridge (job_operator.SolverJobOperator for the long ones) and reports. The bake and its
+takes have theirs in bake_operators.py.
 """
-
-import time
 
 import bpy
 from bpy.props import EnumProperty, StringProperty
 
-from . import (fat_preview, job_files, job_runner, muscle_overlay, preflight, preferences, scene_export,
-               solver_environment, solver_numbers, workflow)
-from .cancel_guard import CancelGuard
+from . import (fat_preview, job_files, muscle_overlay, preflight, preferences, scene_export, solver_environment,
+               solver_numbers, workflow)
+from .job_operator import SolverJobOperator, built_model_poll, first_refusal, solver_poll
 from .job_runner import Job, current_job
 from .workflow import skin_object
 
 
 
-def _solver_poll(cls, context) -> bool:
-    if skin_object(context) is None:
-        cls.poll_message_set("Select the skin: a mesh object")
-        return False
-    if current_job() is not None:
-        cls.poll_message_set("A Face Physics job is running")
-        return False
-    if preferences.solver_python() is None:
-        cls.poll_message_set(solver_environment.missing_solver_message(preferences.preferred_python()))
-        return False
-    return True
-
-
-def _built_model_poll(cls, context) -> bool:
-    """The solver is available and the active skin has a built model."""
-    if not _solver_poll(cls, context):
-        return False
-    if not skin_object(context).face_physics.model_path:
-        cls.poll_message_set("Build the model first (Model panel)")
-        return False
-    return True
-
-
-class _SolverJobOperator:
-    """Runs `self.start(context)`'s Job modally (or blocking in background) and calls
-    `self.apply(context, job)` only when it succeeded."""
-    _timer = None
-    _job = None
-    _cancel_guard = None
-
-    def start(self, context):
-        raise NotImplementedError
-
-    def apply(self, context, job) -> None:
-        raise NotImplementedError
-
-    def execute(self, context):
-        job = self._start_reported(context)
-        if job is None:
-            return {'CANCELLED'}
-        job.wait()
-        return self._finish(context, job)
-
-    def invoke(self, context, event):
-        if bpy.app.background or context.window is None:
-            return self.execute(context)
-        job = self._start_reported(context)
-        if job is None:
-            return {'CANCELLED'}
-        self._job = job
-        window_manager = context.window_manager
-        self._timer = window_manager.event_timer_add(0.1, window=context.window)
-        window_manager.modal_handler_add(self)
-        return {'RUNNING_MODAL'}
-
-    def modal(self, context, event):
-        job = self._job
-        if self._cancel_guard is None:
-            self._cancel_guard = CancelGuard()
-        if event.type == 'ESC' and event.value == 'PRESS' and self._cancel_guard.press(job.elapsed_s, time.monotonic()):
-            job.cancel()
-        if event.type in {'TIMER', 'ESC'}:
-            if job.update() is not None:
-                context.window_manager.event_timer_remove(self._timer)
-                context.workspace.status_text_set(None)
-                self._redraw(context)
-                return self._finish(context, job)
-            hint = (CancelGuard.prompt(job.elapsed_s) if self._cancel_guard.armed(time.monotonic())
-                    else "Esc to cancel")
-            context.workspace.status_text_set(f"Face Physics — {job.description}: {job.message} "
-                                              f"({job.fraction:.0%})   {hint}")
-            self._redraw(context)
-        return {'PASS_THROUGH'}
-
-    def cancel(self, context):
-        """Blender ends the modal run (another file opened, the window closed): the job stops
-        with it, and nothing is applied."""
-        if self._job is not None and self._job is job_runner.current_job():
-            job_runner.stop_current_job()
-
-    @staticmethod
-    def _redraw(context):
-        for area in context.screen.areas if context.screen else ():
-            if area.type == 'VIEW_3D':
-                area.tag_redraw()
-
-    def _start_reported(self, context):
-        try:
-            return self.start(context)
-        except (RuntimeError, ValueError, OSError) as error:
-            self.report({'ERROR'}, str(error))
-            return None
-
-    def _finish(self, context, job):
-        try:
-            for warning in job.warnings:
-                self.report({'WARNING'}, f"solver: {warning}")
-            if job.outcome == 'CANCELLED':
-                self.report({'WARNING'}, f"{job.description} cancelled; nothing was changed")
-                return {'CANCELLED'}
-            if job.outcome == 'FAILED':
-                self.report({'ERROR'}, f"{job.description} failed: {job.error_message()}")
-                return {'CANCELLED'}
-            try:
-                self.apply(context, job)
-            except (RuntimeError, ValueError, OSError, KeyError) as error:
-                self.report({'ERROR'}, f"{job.description}: could not apply the result: {error}")
-                return {'CANCELLED'}
-            return {'FINISHED'}
-        finally:
-            job.close()
-
-
-class FACE_PHYSICS_OT_build(_SolverJobOperator, bpy.types.Operator):
+class FACE_PHYSICS_OT_build(SolverJobOperator, bpy.types.Operator):
     """Build the volumetric model of the active skin object (runs the solver in the background)"""
     bl_idname = "face_physics.build"
     bl_label = "Build Model"
-    bl_options = {'REGISTER', 'UNDO'}
+    bl_options = {'UNDO'}             # not REGISTER: see SolverJobOperator
 
     @classmethod
     def poll(cls, context):
-        return _solver_poll(cls, context)
+        return solver_poll(cls, context)
 
     def start(self, context):
         obj = skin_object(context)
@@ -156,34 +38,16 @@ class FACE_PHYSICS_OT_build(_SolverJobOperator, bpy.types.Operator):
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'model built')}")
 
 
-class FACE_PHYSICS_OT_bake(_SolverJobOperator, bpy.types.Operator):
-    """Simulate the frame range and bake it to the chosen target"""
-    bl_idname = "face_physics.bake"
-    bl_label = "Bake"
-    bl_options = {'REGISTER', 'UNDO'}
-
-    @classmethod
-    def poll(cls, context):
-        return _built_model_poll(cls, context)
-
-    def start(self, context):
-        return workflow.start_bake_job(self, context, skin_object(context))
-
-    def apply(self, context, job):
-        frames = workflow.apply_bake(job)
-        self.report({'INFO'}, f"Face Physics: baked {frames} frames ({job.result.get('message', '')})")
-
-
-class FACE_PHYSICS_OT_fat_preview(_SolverJobOperator, bpy.types.Operator):
+class FACE_PHYSICS_OT_fat_preview(SolverJobOperator, bpy.types.Operator):
     """Simulate the neutral face once with the fat map, Slim ↔ Fat, stiffness reduction and
     diffusion, and show it beside the skin (replaces the previous preview; the skin is not changed)"""
     bl_idname = "face_physics.fat_preview"
     bl_label = "Preview Fat"
-    bl_options = {'REGISTER', 'UNDO'}
+    bl_options = {'UNDO'}             # not REGISTER: see SolverJobOperator
 
     @classmethod
     def poll(cls, context):
-        if not _built_model_poll(cls, context):
+        if not built_model_poll(cls, context):
             return False
         obj = skin_object(context)
         group = obj.face_physics.fat_group
@@ -237,16 +101,7 @@ class FACE_PHYSICS_OT_cancel_job(bpy.types.Operator):
         return {'FINISHED'}
 
 
-def _first_refusal(cls, conditions) -> bool:
-    """Poll from (holds, message why not) pairs: False with the first failing one's message."""
-    for holds, message in conditions:
-        if not holds:
-            cls.poll_message_set(message)
-            return False
-    return True
-
-
-class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
+class FACE_PHYSICS_OT_install_solver(SolverJobOperator, bpy.types.Operator):
     """Create (or repair) a Python environment for the solver in the add-on's user folder and
     install its packages from the package registry (several minutes; where SuiteSparse and IPOPT
     are missing, the portable wheels-only set)"""
@@ -255,7 +110,7 @@ class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        return _first_refusal(cls, (
+        return first_refusal(cls, (
             (current_job() is None, "A Face Physics job is running"),
             (getattr(bpy.app, "online_access", True),
              "Blender works offline: allow Online Access (Preferences › System) to download the solver's packages")))
@@ -268,7 +123,7 @@ class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'solver installed')}")
 
 
-class FACE_PHYSICS_OT_check_solver(_SolverJobOperator, bpy.types.Operator):
+class FACE_PHYSICS_OT_check_solver(SolverJobOperator, bpy.types.Operator):
     """Ask the solver Python what it can run: its packages, the sparse Cholesky back end
     (scikit-sparse or the portable cholespy) and IPOPT; the answer shows in the preferences"""
     bl_idname = "face_physics.check_solver"
@@ -276,7 +131,7 @@ class FACE_PHYSICS_OT_check_solver(_SolverJobOperator, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        return _first_refusal(cls, (
+        return first_refusal(cls, (
             (current_job() is None, "A Face Physics job is running"),
             (preferences.solver_python() is not None, "No solver Python yet: press Install Solver or set one")))
 
@@ -292,12 +147,12 @@ class FACE_PHYSICS_OT_check_solver(_SolverJobOperator, bpy.types.Operator):
         self.report({'INFO'}, f"Face Physics: {job.result.get('message', 'solver checked')}")
 
 
-class FACE_PHYSICS_OT_fit(_SolverJobOperator, bpy.types.Operator):
+class FACE_PHYSICS_OT_fit(SolverJobOperator, bpy.types.Operator):
     """Fit muscle activations and the jaw to the shape keys (inverse physics), in the background.
     A bake then plays the shape keys' values through the fit"""
     bl_idname = "face_physics.fit"
     bl_label = "Fit Shape Keys"
-    bl_options = {'REGISTER', 'UNDO'}
+    bl_options = {'UNDO'}             # not REGISTER: see SolverJobOperator
 
     scope: EnumProperty(name="Shape keys", items=(
         ('ALL', "All", "Every shape key of the skin; replaces the current fit"),
@@ -308,7 +163,7 @@ class FACE_PHYSICS_OT_fit(_SolverJobOperator, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        if not _built_model_poll(cls, context):
+        if not built_model_poll(cls, context):
             return False
         if skin_object(context).data.shape_keys is None:
             cls.poll_message_set("The skin has no shape keys to fit")
@@ -546,7 +401,7 @@ class FACE_PHYSICS_OT_import_rig(bpy.types.Operator):
         return {'FINISHED'}
 
 
-CLASSES = (FACE_PHYSICS_OT_build, FACE_PHYSICS_OT_bake, FACE_PHYSICS_OT_fat_preview, FACE_PHYSICS_OT_fat_preview_remove,
+CLASSES = (FACE_PHYSICS_OT_build, FACE_PHYSICS_OT_fat_preview, FACE_PHYSICS_OT_fat_preview_remove,
            FACE_PHYSICS_OT_cancel_job, FACE_PHYSICS_OT_install_solver, FACE_PHYSICS_OT_check_solver,
            FACE_PHYSICS_OT_fit, FACE_PHYSICS_OT_fit_list, FACE_PHYSICS_OT_palsy_preset, FACE_PHYSICS_OT_zombie_preset,
            FACE_PHYSICS_OT_paint_map, FACE_PHYSICS_OT_check, FACE_PHYSICS_OT_map_shape_key_names,

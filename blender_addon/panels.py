@@ -16,6 +16,8 @@ def draw_job_status(layout, context) -> None:
     if current_job() is not None and state.running:
         box = layout.box()
         box.label(text=f"{state.description}: {state.message}", icon='TIME')
+        if current_job().frames_total:
+            box.label(text=current_job().progress_text())
         row = box.row()
         row.prop(state, "progress", text="Progress", slider=True)
         row.operator("face_physics.cancel_job", icon='CANCEL')
@@ -281,6 +283,24 @@ class VIEW3D_PT_face_physics_dynamics(_FacePhysicsPanel, bpy.types.Panel):
         column.prop(settings, "wind_speed")
 
 
+class FACE_PHYSICS_UL_takes(bpy.types.UIList):
+    _ICONS = {"finished": 'CHECKMARK', "running": 'TIME', "cancelled": 'PAUSE', "failed": 'ERROR'}
+
+    def draw_item(self, context, layout, data, item, icon, active_data, active_property, index=0, flt_flag=0):
+        shown = item.name == data.shown_take
+        row = layout.row(align=True)
+        row.label(text=item.name, icon='HIDE_OFF' if shown else self._ICONS.get(item.status, 'DOT'))
+        done = item.frames if item.status == "finished" else item.frames_done
+        row.label(text=f"{item.first_frame}–{item.last_frame}  {done}/{item.frames}")
+        if item.warnings:
+            row.label(text="", icon='ERROR')
+
+
+class FACE_PHYSICS_UL_action_choices(bpy.types.UIList):
+    def draw_item(self, context, layout, data, item, icon, active_data, active_property, index=0, flt_flag=0):
+        layout.prop(item, "selected", text=item.name)
+
+
 class VIEW3D_PT_face_physics_bake(_FacePhysicsPanel, bpy.types.Panel):
     bl_label = "Bake"
 
@@ -303,11 +323,39 @@ class VIEW3D_PT_face_physics_bake(_FacePhysicsPanel, bpy.types.Panel):
             layout.label(text="No fit yet: the muscle sliders drive the bake", icon='INFO')
         layout.prop(settings, "bake_target")
         layout.operator("face_physics.bake", icon='RENDER_ANIMATION')
-        if settings.baked_target:
-            layout.label(text=f"Baked: {settings.baked_target}", icon='CHECKMARK')
+        _draw_takes(layout, settings)
+
+
+def _draw_takes(layout, settings) -> None:
+    """The Takes list with its actions, the selected take's details, and Bake All Actions."""
+    header = layout.row()
+    header.label(text="Takes", icon='SEQUENCE')
+    header.operator("face_physics.refresh_takes", text="", icon='FILE_REFRESH')
+    layout.template_list("FACE_PHYSICS_UL_takes", "", settings, "takes", settings, "take_index", rows=3)
+    if 0 <= settings.take_index < len(settings.takes):
+        item = settings.takes[settings.take_index]
+        box = layout.box()
+        box.label(text=f"{item.status} · {item.target} · {item.created.replace('T', ' ')[:16]}")
+        if item.seconds_per_frame:
+            box.label(text=f"{item.seconds_per_frame:.2f} s per frame" + (f" · from {item.action}" if item.action
+                                                                          else ""))
+        for line in item.warnings.splitlines()[:3]:
+            for wrapped in wrap(line, 48):
+                box.label(text=wrapped, icon='ERROR')
+        row = layout.row(align=True)
+        row.operator("face_physics.show_take", text="Show", icon='HIDE_OFF')
+        row.operator("face_physics.resume_take", text="Resume", icon='PLAY')
+        row.operator("face_physics.rename_take", text="", icon='GREASEPENCIL')
+        row.operator("face_physics.free_take", text="", icon='TRASH')
+    if settings.bake_actions:
+        layout.label(text="Actions to bake")
+        layout.template_list("FACE_PHYSICS_UL_action_choices", "", settings, "bake_actions", settings,
+                             "bake_action_index", rows=2)
+        layout.operator("face_physics.bake_actions", icon='RENDER_ANIMATION')
 
 
 CLASSES = (FACE_PHYSICS_UL_muscles, FACE_PHYSICS_UL_names, FACE_PHYSICS_UL_fit_shapes, FACE_PHYSICS_UL_colliders,
+           FACE_PHYSICS_UL_takes, FACE_PHYSICS_UL_action_choices,
            VIEW3D_PT_face_physics_model, VIEW3D_PT_face_physics_fit, VIEW3D_PT_face_physics_muscles,
            VIEW3D_PT_face_physics_fat, VIEW3D_PT_face_physics_stiffness, VIEW3D_PT_face_physics_collisions,
            VIEW3D_PT_face_physics_dynamics, VIEW3D_PT_face_physics_bake)

@@ -54,6 +54,28 @@ class FACE_PHYSICS_PG_fit_shape(bpy.types.PropertyGroup):
     worst: BoolProperty(description="The shape key with the largest mean error")
 
 
+class FACE_PHYSICS_PG_take(bpy.types.PropertyGroup):
+    """One row of the Takes list, read from the take's take.json (take_folders.py); the name is
+    the take's folder name."""
+    status: StringProperty(description="running, cancelled, failed or finished")
+    frames_done: IntProperty()
+    frames: IntProperty()
+    first_frame: IntProperty()
+    last_frame: IntProperty()
+    target: StringProperty()
+    created: StringProperty()
+    seconds_per_frame: FloatProperty()
+    warnings: StringProperty(description="The solver's warnings, one per line")
+    action: StringProperty(description="The shape-key action the take was baked from")
+    resumable: BoolProperty()
+    new_name: StringProperty(name="Name", description="Rename the take (its folder) to this")
+
+
+class FACE_PHYSICS_PG_action_choice(bpy.types.PropertyGroup):
+    """An action Bake All Actions can bake (name = the action's name)."""
+    selected: BoolProperty(name="Bake", default=True)
+
+
 class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     # Model
     teeth_object: PointerProperty(name="Teeth", type=bpy.types.Object, poll=_is_mesh,
@@ -171,6 +193,11 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     previous_key_action: PointerProperty(type=bpy.types.Action, description="The shape keys' action before an "
                                                                              "action bake")
     baked_target: StringProperty(description="What the last bake made (for replacing it)")
+    takes: CollectionProperty(type=FACE_PHYSICS_PG_take)
+    take_index: IntProperty(name="Take")
+    shown_take: StringProperty(description="The take the object shows now")
+    bake_actions: CollectionProperty(type=FACE_PHYSICS_PG_action_choice)
+    bake_action_index: IntProperty()
 
 
 class FACE_PHYSICS_PG_job(bpy.types.PropertyGroup):
@@ -182,7 +209,8 @@ class FACE_PHYSICS_PG_job(bpy.types.PropertyGroup):
 
 
 CLASSES = (FACE_PHYSICS_PG_muscle, FACE_PHYSICS_PG_name_mapping, FACE_PHYSICS_PG_collider,
-           FACE_PHYSICS_PG_fit_shape, FACE_PHYSICS_PG_object, FACE_PHYSICS_PG_job)
+           FACE_PHYSICS_PG_fit_shape, FACE_PHYSICS_PG_take, FACE_PHYSICS_PG_action_choice, FACE_PHYSICS_PG_object,
+           FACE_PHYSICS_PG_job)
 
 
 def register():

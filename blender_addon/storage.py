@@ -1,6 +1,6 @@
 """Where the add-on stores what it makes, and the names it gives to what it adds to the user's
 object, in one place: the model, fit and cache files live in `face_physics/` beside the saved
-.blend; the bake's shape keys, action and cache modifier are found again by these names (and
+.blend (each bake a take folder of its own: take_folders.py); the bake's shape keys, action and cache modifier are found again by these names (and
 never the user's own)."""
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ def cache_path(obj) -> Path:
         raise RuntimeError("save the .blend first: the model and caches are stored next to it in face_physics/")
     stem = bpy.path.clean_name(Path(blend).stem)
     return Path(blend).parent / CACHE_FOLDER / f"{stem}_{bpy.path.clean_name(obj.name)}.pc2"
+
+
+def takes_folder(obj) -> Path:
+    """The object's takes (take_folders.py): `face_physics/<blend>_<object>_takes/`."""
+    return cache_path(obj).with_name(cache_path(obj).stem + "_takes")
 
 
 def model_path(obj) -> Path:

@@ -4,15 +4,17 @@ the farm command line (cli.py) and the tests all call these, so a farm bake is t
 Nothing here changes the scene before a job has succeeded, except `apply_*`."""
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import List, Optional
 
 import bpy
 import numpy as np
 
-from . import bake, job_files, preflight, preferences, scene_export, solver_environment, storage
+from . import bake, job_files, preflight, preferences, scene_export, solver_environment, storage, take_folders, takes
 from .job_runner import Job
 from .preflight import ERROR, Finding
+from .take_folders import Take
 
 
 def skin_object(context):
@@ -165,11 +167,11 @@ class BakePlan:
         return BakePlan(obj.name, first, last, settings.bake_target, settings.metres_per_unit)
 
 
-def write_bake_job(operator, context, obj, plan: Optional[BakePlan] = None):
-    """Export the animation of `plan` (default: the object's settings now) into a new animate
-    job folder and return it, or None when a finding stops the bake (reported on `operator`).
-    With a fit, the shape keys' values drive the face (and moving muscle sliders add on top);
-    without one, the muscle contractions."""
+def write_bake_job(operator, context, obj, plan: Optional[BakePlan] = None, job_dir=None):
+    """Export the animation of `plan` (default: the object's settings now) into an animate job
+    folder (`job_dir`, default a new one) and return it, or None when a finding stops the bake
+    (reported on `operator`). With a fit, the shape keys' values drive the face (and moving
+    muscle sliders add on top); without one, the muscle contractions."""
     plan = plan or BakePlan.of(context, obj)
     storage.cache_path(obj)
     if report_findings(operator, bake_preflight(context, obj)):
@@ -193,29 +195,123 @@ def write_bake_job(operator, context, obj, plan: Optional[BakePlan] = None):
                                                        f"{' …' if len(moving) > 4 else ''}) do not drive the bake; "
                                                        f"press Fit All in the Fit panel"))
     colliders, collider_findings = scene_export.collider_arrays(obj, samples, metres)
-    simulation = scene_export.simulation_settings(context, obj, with_fit=use_fit)
+    simulation = {**scene_export.simulation_settings(context, obj, with_fit=use_fit),
+                  "cache_start_frame": float(first)}
     lips, lip_findings = (scene_export.lip_vertex_arrays(obj) if simulation["collisions"] else (None, []))
     if report_findings(operator, findings + collider_findings + lip_findings):
         return None
-    job_dir = job_files.new_job_folder()
+    job_dir = job_files.new_job_folder() if job_dir is None else job_dir
     job_files.write_animate_job(job_dir, model_file(obj), activations, scene_export.export_maps(obj), simulation,
                                 fit_path=fit_file(obj) if use_fit else None, weights=weights,
                                 colliders=colliders, lip_vertices=lips)
     return job_dir
 
 
-def start_bake_job(operator, context, obj):
-    """Write the bake's job folder (`write_bake_job`) and start the solver on it (shared with
-    the farm bake); None when a finding stopped it. The job carries its `BakePlan`, which
-    `apply_bake` follows."""
+@contextmanager
+def _playing_action(obj, action):
+    """The shape keys play `action` while the bake samples the scene (Bake All Actions); the
+    user's own assignment comes back afterwards, whatever happens."""
+    key = obj.data.shape_keys
+    if action is None or key is None:
+        yield
+        return
+    animation = key.animation_data or key.animation_data_create()
+    previous = animation.action
+    animation.action = action
+    try:
+        yield
+    finally:
+        animation.action = previous
+
+
+def start_bake_job(operator, context, obj, action=None):
+    """Make a new take (take_folders.new_take), write the bake's job into it (`write_bake_job`;
+    with `action`, the shape keys playing that action) and start the solver on it (shared with
+    the farm bake and the API); None when a finding stopped it (the take is removed again). The
+    job carries its `BakePlan`, which `apply_bake` follows, and its take, whose growing cache
+    `follow_bake` shows."""
     plan = BakePlan.of(context, obj)
-    job_dir = write_bake_job(operator, context, obj, plan)
+    template = Take(name="", object=obj.name, first_frame=plan.first_frame, last_frame=plan.last_frame,
+                    target=plan.target, metres_per_unit=plan.metres_per_unit,
+                    action="" if action is None else action.name)
+    take = take_folders.new_take(storage.takes_folder(obj), template)
+    try:
+        with _playing_action(obj, action):
+            job_dir = write_bake_job(operator, context, obj, plan, job_dir=take.folder)
+    except BaseException:
+        take_folders.delete_take(take)
+        raise
     if job_dir is None:
+        take_folders.delete_take(take)
         return None
-    job = Job(f"bake {plan.last_frame - plan.first_frame + 1} frames",
-              solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)
-    job.plan = plan
+    take.settings = job_files.read_job_settings(take.folder)
+    take.save()
+    return _start_take_job(plan, take, f"bake {plan.last_frame - plan.first_frame + 1} frames")
+
+
+def _start_take_job(plan: BakePlan, take: Take, description: str) -> Job:
+    job = Job(f"{description} ({take.name})",
+              solver_environment.run_job_command(preferences.solver_python(), take.folder), take.folder,
+              keep_folder=True)
+    job.plan, job.take = plan, take
+    obj = bpy.data.objects.get(plan.object_name)
+    if obj is not None:
+        takes.refresh(obj, select=take.name)
     return job
+
+
+def resume_bake_job(operator, context, obj, take: Take):
+    """Continue a cancelled or failed take from its last finished frame, with the inputs and
+    settings it was started with (its own job folder); the result equals an uninterrupted bake."""
+    if not take.resumable:
+        raise ValueError(f"{take.name} cannot be resumed: it is {take.status}"
+                         + ("" if take.status == "finished" else " and has no saved state (no frame finished)"))
+    if preferences.solver_python() is None:
+        raise ValueError("no solver Python: see the Face Physics preferences")
+    job_files.set_resume(take.folder, True)
+    take.status = "running"
+    take.save()
+    plan = BakePlan(obj.name, take.first_frame, take.last_frame, take.target, take.metres_per_unit)
+    return _start_take_job(plan, take, f"resume at frame {take.first_frame + take.frames_done}")
+
+
+def follow_bake(job) -> None:
+    """While a bake runs: show its take's cache once the first frame is written, and let the
+    viewport redraw the object as frames arrive (called on every timer tick)."""
+    take, plan = job.take, job.plan
+    if take is None or job.frames_done == job.frames_shown:
+        return
+    obj = bpy.data.objects.get(plan.object_name)
+    if obj is None or not take.cache.is_file():
+        return
+    if obj.face_physics.shown_take != take.name or obj.face_physics.baked_target != 'PC2':
+        takes.show(obj, take)
+    job.frames_shown = job.frames_done
+    obj.update_tag()
+
+
+def end_bake(job) -> None:
+    """A bake was cancelled or failed: its take keeps its finished frames (shown on the object)
+    and can be resumed from the last one; a take without a finished frame is removed."""
+    take = job.take
+    if take is None:
+        return
+    take.frames_done = take_folders.saved_frames(take)
+    obj = bpy.data.objects.get(job.plan.object_name)
+    if not take.frames_done:        # nothing to show or resume: the take goes, the report says why
+        take_folders.delete_take(take)
+        if obj is not None:
+            takes.refresh(obj)
+        return
+    take.status = "cancelled" if job.outcome == 'CANCELLED' else "failed"
+    take.warnings = list(job.warnings) + ([] if job.outcome == 'CANCELLED' else [job.error_message()])
+    take.seconds_per_frame = job.seconds_per_frame or take.seconds_per_frame
+    take.save()
+    if obj is None:
+        return
+    if take.cache.is_file():
+        takes.show(obj, take)
+    takes.refresh(obj)
 
 
 def start_fat_preview_job(operator, context, obj):
@@ -288,11 +384,17 @@ def apply_fit(obj, job) -> None:
 
 def apply_bake(job) -> int:
     """Write a succeeded bake job's frames where its plan says (the Bake operator's and the farm
-    bake's last step); returns the number of frames."""
+    bake's last step): the take is finished and shown; returns the number of frames."""
     plan = job.plan
     obj = bpy.data.objects.get(plan.object_name)
     if obj is None:
         raise RuntimeError(f"the object {plan.object_name!r} the bake was started on is gone")
-    positions = job_files.read_result_positions(job.job_dir)
-    bake.apply_bake(obj, plan.target, positions, plan.first_frame, plan.metres_per_unit)
-    return len(positions)
+    take = job.take
+    if take is None:        # a job folder of its own (no take): the frames straight onto the object
+        positions = job_files.read_result_positions(job.job_dir)
+        bake.apply_bake(obj, plan.target, positions, plan.first_frame, plan.metres_per_unit)
+        return len(positions)
+    take_folders.finish_take(take, job.seconds_per_frame, job.warnings)
+    frames = takes.show(obj, take)
+    takes.refresh(obj)
+    return frames

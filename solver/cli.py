@@ -125,7 +125,8 @@ def _demo(args, report):
 _ANIMATE_LABELS = {"model": "MODEL", "activations": "ACTIVATIONS", "fit": "FIT", "weights": "WEIGHTS",
                    "output": "-o/--output", "maps": "--maps", "colliders": "--collider",
                    "lip_vertices": "--lip-vertices", "detail": "--no-detail", "skin_filter": "--no-skin-filter",
-                   "diffusion_time_step_m2": "--diffusion-time-step", "teeth_padding_m": "--teeth-padding"}
+                   "diffusion_time_step_m2": "--diffusion-time-step", "teeth_padding_m": "--teeth-padding",
+                   "resume": "--resume"}
 
 
 def _animate(args, report):
@@ -144,7 +145,7 @@ def _animate(args, report):
         maps=args.maps, colliders=tuple(args.collider or ()), lip_vertices=args.lip_vertices,
         dynamic=args.dynamic, gravity=args.gravity,
         detail=False if args.no_detail else None, skin_filter=not args.no_skin_filter,
-        collisions=tuple(args.collisions or ()), contact_solver=args.contact_solver, **given),
+        collisions=tuple(args.collisions or ()), contact_solver=args.contact_solver, resume=args.resume, **given),
         run_animate, {**_ANIMATE_LABELS, "activations": "--muscles"} if shape_keys else _ANIMATE_LABELS, report)
 
 
@@ -288,6 +289,9 @@ def _parser():
                      help="the lips' skin vertices (upper, lower index arrays) instead of the automatic lip finder")
     run.add_argument("--contact-solver", default="newton",
                      help="contact response: newton (augmented Lagrangian, the default) or ipopt")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the bake of the same output that was cancelled or crashed, from its last "
+                          "finished frame (same inputs and settings; docs/addon.md, Takes, streaming and resume)")
     run.set_defaults(run=_animate)
     check = commands.add_parser("check", help="what this Python can run: packages, sparse Cholesky, IPOPT")
     check.set_defaults(run=_check)

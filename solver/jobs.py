@@ -227,7 +227,8 @@ _COMMANDS: Dict[str, dict] = {
                 "list_inputs": ("colliders",), "outputs": ("result",),
                 "settings": ("dynamic", "substeps", "gravity", "wind", "fat_scale", "diffusion_steps",
                              "diffusion_time_step_m2", "fat_softening", "detail", "skin_filter", "collisions",
-                             "contact_solver", "teeth_padding_m"),
+                             "contact_solver", "teeth_padding_m", "resume",
+                             "cache_start_frame"),
                 "request": _animate_request, "labels": {"output": "outputs.result"},
                 "run": _runner("animate", "run_animate")},
 }

@@ -41,6 +41,25 @@ class Pc2Writer:
                                         float(sample_rate), 0))
         self._sync()
 
+    @classmethod
+    def continue_after(cls, path, point_count: int, samples: int) -> "Pc2Writer":
+        """Reopen a cache to append after its first `samples` frames (a resumed bake): frames
+        past them — one whose bake step was not recorded as done — are cut off first."""
+        path = Path(path)
+        _, start, rate = read_pc2(path)
+        header = _HEADER.unpack_from(path.read_bytes()[:_HEADER.size])
+        if header[2] != point_count or header[5] < samples:
+            raise Pc2Error(f"{path}: holds {header[5]} frames of {header[2]} points; cannot continue after frame "
+                           f"{samples} of {point_count} points")
+        writer = cls.__new__(cls)
+        writer.path, writer.point_count, writer.sample_count = path, int(point_count), int(samples)
+        writer._stream = open(path, "r+b")
+        writer._stream.seek(_SAMPLE_COUNT_OFFSET)
+        writer._stream.write(struct.pack("<i", writer.sample_count))
+        writer._stream.truncate(_HEADER.size + samples * point_count * 12)
+        writer._sync()
+        return writer
+
     def append(self, positions) -> None:
         frame = np.asarray(positions, dtype="<f4")
         if frame.shape != (self.point_count, 3):

@@ -108,14 +108,16 @@ def _animate_muscles(obj):
     scene.frame_start, scene.frame_end = FRAMES
 
 
-def _bake_keeping_job(monkeypatch, tmp_path):
-    """Bake with the job folder kept, and return the solver's RESULT.npz skin positions."""
-    tmp_path.mkdir(parents=True)
-    monkeypatch.setenv("FACE_PHYSICS_KEEP_JOBS", "1")
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def _bake_keeping_job(monkeypatch=None, tmp_path=None):
+    """Bake, and return the solver's RESULT.npz skin positions from the take the bake made."""
     assert bpy.ops.face_physics.bake() == {'FINISHED'}
-    (job,) = glob.glob(str(tmp_path / "face_physics_job_*"))
-    with np.load(Path(job) / "result.npz", allow_pickle=False) as result:
+    return _shown_take_positions(bpy.context.active_object)
+
+
+def _shown_take_positions(obj) -> np.ndarray:
+    from blender_addon import storage
+    from blender_addon.take_folders import RESULT_FILE
+    with np.load(storage.takes_folder(obj) / obj.face_physics.shown_take / RESULT_FILE, allow_pickle=False) as result:
         return result["skin_positions"]
 
 
@@ -222,7 +224,9 @@ def test_the_farm_bake_command_bakes_a_saved_file_headless(scene, tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert output.is_file() and f"baking {scene['object'].name}" in run.stdout
     from solver.pc2 import read_pc2
-    cache = tmp_path / "face_physics" / f"baked_{scene['object'].name}.pc2"      # beside the output file
+    # The take is beside the output file.
+    (cache,) = glob.glob(str(tmp_path / "face_physics" / f"baked_{scene['object'].name}_takes" / "FP_take_*" /
+                             "result.pc2"))
     positions, start, _ = read_pc2(cache)
     assert len(positions) == FRAMES[1] - FRAMES[0] + 1 and start == FRAMES[0]
 
@@ -296,34 +300,92 @@ def test_the_farm_fit_command_fits_and_saves_a_file_for_a_later_farm_bake(scene,
     assert saved["user_data"] == scene["user_data"]
 
 
-def test_cancel_during_a_bake_leaves_the_scene_unchanged(scene):
-    from blender_addon import workflow
+def _bake_range(obj, first, last):
+    settings = obj.face_physics
+    settings.use_scene_range = False
+    settings.frame_start, settings.frame_end = first, last
+
+
+class _Caller:
+    """What an operator gives the shared workflow functions: somewhere to report."""
+
+    def __init__(self):
+        self.reports = []
+
+    def report(self, kind, message):
+        self.reports.append((kind, message))
+
+
+def test_a_cancelled_bake_keeps_its_frames_and_resumes_to_the_uninterrupted_take(scene):
+    """Takes: a bake cancelled after a few frames keeps them (shown on the object, the take
+    resumable), Resume continues it to the result an uninterrupted bake gives (1e-6 m), and three
+    takes coexist, switch, rename and free; the user's data is never touched."""
+    from blender_addon import storage, takes, workflow
+    from blender_addon.take_folders import list_takes
     obj = scene["object"]
     settings = obj.face_physics
+    _animate_muscles(obj)
     settings.bake_target = 'PC2'
-    settings.use_scene_range = False
-    settings.frame_start, settings.frame_end = 1, 400
-    before = (_user_data(obj), [m.name for m in obj.modifiers],
-              [b.name for b in obj.data.shape_keys.key_blocks])
-    reports = []
-
-    class Caller:      # what an operator provides to the shared start function
-        def report(self, kind, message):
-            reports.append((kind, message))
-
+    _bake_range(obj, 1, 12)
     try:
-        job = workflow.start_bake_job(Caller(), bpy.context, obj)
-        assert job is not None, reports
-        while job.update() is None and not job.message.startswith("frame"):
-            pass
+        assert bpy.ops.face_physics.bake() == {'FINISHED'}
+        whole_name = settings.shown_take
+        whole = _shown_take_positions(obj)
+
+        caller = _Caller()
+        job = workflow.start_bake_job(caller, bpy.context, obj)
+        assert job is not None, caller.reports
+        while job.update() is None and job.frames_done < 3:
+            workflow.follow_bake(job)
+            time.sleep(0.02)
         job.cancel()
         assert job.wait() == 'CANCELLED'
+        workflow.end_bake(job)              # what the operator's `ended` hook does
         job.close()
+        stopped = takes.selected_take(obj)
+        assert stopped.status == "cancelled" and 3 <= stopped.frames_done < 12 and stopped.resumable
+        assert settings.shown_take == stopped.name and obj.modifiers[0].name == storage.CACHE_MODIFIER_NAME
+        np.testing.assert_allclose(_evaluated_metres(obj, 2), whole[1], atol=1e-5)   # a kept frame, shown
+        assert _user_data(obj) == scene["user_data"]
+
+        assert bpy.ops.face_physics.resume_take() == {'FINISHED'}
+        resumed = _shown_take_positions(obj)
+        assert settings.shown_take == stopped.name and takes.selected_take(obj).status == "finished"
+        gap = np.abs(resumed - whole).max()
+        assert gap < 1e-6, f"the resumed take differs from the uninterrupted one by {gap:.2e} m " \
+                           f"{np.abs(resumed - whole).max(axis=(1, 2))} k={stopped.frames_done}"
+        np.testing.assert_allclose(_evaluated_metres(obj, 12), whole[11], atol=1e-5)
+
+        settings.bake_target = 'SHAPE_KEYS'
+        _bake_range(obj, 1, 4)
+        assert bpy.ops.face_physics.bake() == {'FINISHED'}
+        keys_name = settings.shown_take
+        assert len({whole_name, stopped.name, keys_name}) == 3
+        assert [take.name for take in list_takes(storage.takes_folder(obj))][-3:] == [whole_name, stopped.name,
+                                                                                       keys_name]
+        assert storage.CACHE_MODIFIER_NAME not in obj.modifiers and "FP bake 0004" in obj.data.shape_keys.key_blocks
+        for name, frame, expected in ((whole_name, 7, whole[6]), (keys_name, 3, _shown_take_positions(obj)[2]),
+                                      (stopped.name, 12, whole[11])):
+            settings.take_index = [item.name for item in settings.takes].index(name)
+            assert bpy.ops.face_physics.show_take() == {'FINISHED'} and settings.shown_take == name
+            np.testing.assert_allclose(_evaluated_metres(obj, frame), expected, atol=1e-5, err_msg=name)
+        assert not [b for b in obj.data.shape_keys.key_blocks if b.name.startswith("FP bake ")]
+
+        settings.take_index = [item.name for item in settings.takes].index(stopped.name)
+        assert bpy.ops.face_physics.rename_take(new_name="resumed smile") == {'FINISHED'}
+        assert settings.shown_take == "resumed smile" and obj.modifiers[0].filepath.endswith("resumed smile/result.pc2")
+        np.testing.assert_allclose(_evaluated_metres(obj, 12), whole[11], atol=1e-5)
+        with pytest.raises(RuntimeError, match="exists already"):
+            bpy.ops.face_physics.rename_take(new_name=whole_name)
+        assert bpy.ops.face_physics.free_take() == {'FINISHED'}
+        assert "resumed smile" not in [item.name for item in settings.takes]
+        assert not (storage.takes_folder(obj) / "resumed smile").exists() and settings.shown_take == ""
+        assert storage.CACHE_MODIFIER_NAME not in obj.modifiers
     finally:
         settings.use_scene_range = True
+        settings.bake_target = 'PC2'
     assert bpy.context.window_manager.face_physics_job.running is False
-    after = (_user_data(obj), [m.name for m in obj.modifiers], [b.name for b in obj.data.shape_keys.key_blocks])
-    assert after == before
+    assert _user_data(obj) == scene["user_data"]
 
 
 def test_a_solver_error_reaches_the_user_with_its_message(scene):
@@ -332,7 +394,7 @@ def test_a_solver_error_reaches_the_user_with_its_message(scene):
     good = model.read_bytes()
     model.write_bytes(b"this is not a model")
     try:
-        with pytest.raises(RuntimeError, match=r"bake \d+ frames failed: .*not"):
+        with pytest.raises(RuntimeError, match=r"bake \d+ frames \(FP_take_\d+\) failed: .*not"):
             bpy.ops.face_physics.bake()
     finally:
         model.write_bytes(good)
@@ -505,7 +567,8 @@ def _bake_the_keyed_shape_keys(obj, monkeypatch, tmp_path, capfd):
     expected = _bake_keeping_job(monkeypatch, tmp_path / "pc2")
     # The solver's warnings become Blender reports: the imported demo head has no teeth objects.
     assert "no teeth mesh" in capfd.readouterr().out
-    (job,) = glob.glob(str(tmp_path / "pc2" / "face_physics_job_*"))
+    from blender_addon import storage
+    job = storage.takes_folder(obj) / settings.shown_take
     written = json.loads((Path(job) / "job.json").read_text())
     assert written["inputs"]["colliders"] == ["collider_0_finger.npz"] and "activations" not in written["inputs"]
     assert written["settings"]["collisions"] == ["teeth"] and written["settings"]["detail"] is True

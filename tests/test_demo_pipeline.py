@@ -84,7 +84,8 @@ def _skin_motion(out: Path, object_name: str) -> np.ndarray:
     """Per skin vertex, how far the baked cache's last frame is from the rest skin (m)."""
     with np.load(out / "demo_rig.npz", allow_pickle=False) as rig:
         rest = rig["vertices"]
-    positions, start, _ = read_pc2(out / "face_physics" / f"demo_{object_name.replace(' ', '_')}.pc2")
+    (cache,) = (out / "face_physics" / f"demo_{object_name.replace(' ', '_')}_takes").glob("FP_take_*/result.pc2")
+    positions, start, _ = read_pc2(cache)
     assert start == demo.FIRST_FRAME and len(positions) == demo.LAST_FRAME - demo.FIRST_FRAME + 1
     return np.linalg.norm(positions[-1] - rest, axis=1)
 

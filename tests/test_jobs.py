@@ -17,6 +17,7 @@ import pytest
 
 from solver import jobs
 from solver.inverse.blend import with_muscle_layer
+from solver import pc2
 from solver.jobs import EXIT_BAD_INPUT, EXIT_CANCELLED, SCHEMA_VERSION, JobError, read_job
 from solver.requests import fit as fit_request
 from solver.requests.animate import collision_scene
@@ -196,7 +197,10 @@ def test_sigterm_cancels_cleanly_and_keeps_the_previous_result(tmp_path, small_m
     assert messages[-1]["status"] == "cancelled"
     assert (job_dir / "result.npz").read_bytes() == b"an earlier good result"
     assert (job_dir / "result.pc2").read_bytes() == b"an earlier good cache"
-    assert not any(name.startswith(".") for name in os.listdir(job_dir)), "partial files left behind"
+    # Only the partial folder is left: the finished frames and the state a resume continues from.
+    assert [name for name in os.listdir(job_dir) if name.startswith(".")] == [".result.partial"]
+    kept = sorted(os.listdir(job_dir / ".result.partial"))
+    assert kept[-2:] == ["result.pc2", "state.npz"] and all(name.startswith("factor_") for name in kept[:-2])
 
 
 def test_a_file_planted_where_the_result_is_written_is_not_followed(tmp_path, small_model):
@@ -788,3 +792,61 @@ def test_both_doors_refuse_a_bad_input_file_with_the_same_message(tmp_path, smal
     assert from_cli.startswith("--maps: " if is_maps else "ACTIVATIONS: "), from_cli
     assert from_job.split(": ", 2)[2] == from_cli.split(": ", 1)[1]
     assert "Fix: " in from_cli and not (tmp_path / "out.npz").exists()
+
+
+# --------------------------------------------------------------------------- resuming a bake
+
+def _resume_case(folder, small_model, fit_path, frames, **settings):
+    weights = {"names": np.array(["mouthSmile_L", "jawOpen"]),
+               "weights": np.column_stack([np.linspace(0, 1, frames), np.linspace(0, 0.6, frames)]),
+               "fps": np.float64(30)}
+    folder.mkdir()
+    job_files.write_animate_job(folder, small_model, None, None, {"collisions": ["teeth", "lips"], **settings},
+                                fit_path=fit_path, weights=weights)
+
+
+def test_a_cancelled_bake_resumes_to_the_uninterrupted_result(tmp_path, few_shapes_fit, small_model):
+    """Shape keys through the fit with teeth and lip contact: a bake stopped by SIGTERM after a
+    few frames and resumed writes the result an uninterrupted bake writes (1e-6 m; the carried
+    Newton factor is the one thing not saved); a resume with other settings, or with nothing
+    to resume, is refused with the reason."""
+    frames = 10
+    _resume_case(tmp_path / "whole", small_model, few_shapes_fit["fit"], frames)
+    code, _, err = _run(tmp_path / "whole")
+    assert code == 0, err
+    stopped = tmp_path / "stopped"
+    _resume_case(stopped, small_model, few_shapes_fit["fit"], frames)
+    process = _start(stopped)
+    for line in process.stdout:
+        if json.loads(line).get("frame", 0) >= 4:
+            break
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=120)
+    assert process.returncode == EXIT_CANCELLED
+    with np.load(stopped / ".result.partial" / "state.npz", allow_pickle=False) as state:
+        done = int(state["frames_done"])
+    assert 4 <= done < frames and not (stopped / "result.npz").exists()
+
+    job = json.loads((stopped / "job.json").read_text())
+    (stopped / "job.json").write_text(json.dumps({**job, "settings": {**job["settings"], "resume": True,
+                                                                      "teeth_padding_m": 0.002}}))
+    code, messages, _ = _run(stopped)
+    assert code == EXIT_BAD_INPUT and "settings.resume: the saved bake was made with other inputs or settings" in \
+        messages[-2]["message"]
+    (stopped / "job.json").write_text(json.dumps({**job, "settings": {**job["settings"], "resume": True}}))
+    code, messages, err = _run(stopped)
+    assert code == 0, err
+    assert [m["frame"] for m in messages if m["type"] == "progress" and m.get("frame")] == \
+        list(range(done + 1, frames + 1))
+    with np.load(tmp_path / "whole" / "result.npz", allow_pickle=False) as whole, \
+            np.load(stopped / "result.npz", allow_pickle=False) as resumed:
+        gap = np.abs(whole["skin_positions"] - resumed["skin_positions"]).max()
+        assert gap < 1e-6, f"resumed bake differs by {gap:.2e} m"
+        for key in ("converged", "contacts", "inverted_tets"):
+            np.testing.assert_array_equal(whole[key], resumed[key], err_msg=key)
+    whole_cache, resumed_cache = (pc2.read_pc2(folder / "result.pc2")[0] for folder in (tmp_path / "whole", stopped))
+    assert whole_cache.shape == resumed_cache.shape == (frames, len(whole_cache[0]), 3)
+    assert np.abs(whole_cache - resumed_cache).max() < 1e-6
+    assert not (stopped / ".result.partial").exists()
+    code, messages, _ = _run(stopped)
+    assert code == EXIT_BAD_INPUT and "settings.resume: there is nothing to resume" in messages[-2]["message"]

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..collisions.contacts import BonePose
 from ..npz_files import write_npz_atomically
-from ..pc2 import Pc2Writer
+from ..pc2 import Pc2Writer, read_pc2
+from .checkpoint import Checkpoint
 from .inputs import ActivationInput, MapsInput
 from .maps import MapSettings, MaterialMaps, material_maps, painted_multiplier
 from .simulator import FaceSimulator, SimulationSettings
@@ -79,7 +80,8 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
             maps: Optional[MapsInput] = None, map_settings: MapSettings = MapSettings(),
             progress: Callable[[dict], None] = lambda event: None,
             skin_detail: Optional[np.ndarray] = None, collisions=None, rig_offset=None,
-            skin_filter: Optional[SkinFilter] = None) -> AnimationResult:
+            skin_filter: Optional[SkinFilter] = None, checkpoint: Optional[Checkpoint] = None,
+            resume: bool = False, cache_start_frame: float = 1.0) -> AnimationResult:
     """Run every frame; `skin_detail` (T, V, 3), when given, is added to the simulated skin
     (the shape-key detail the tet mesh cannot carry, inverse/blend.py); with `skin_filter` and
     `rig_offset` (T, V, 3: the plain rig frame less the rest skin, blend.ShapeKeyFrames) the
@@ -88,34 +90,50 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     given, is the collision scene the skin is kept out of (simulator.FaceSimulator) — the
     written skin, detail and the projection of anchored vertices included
     (docs/collisions.md). The painted `maps` act as `map_settings` says (fat scale and
-    softening, diffusion into the volume; maps.MapSettings)."""
+    softening, diffusion into the volume; maps.MapSettings). With a `checkpoint` the state is
+    saved after every frame, and with `resume` the run continues from the saved frame, appending
+    to the `.pc2` the earlier run left (checkpoint.py); `cache_start_frame` is the `.pc2`'s first
+    frame (the scene frame of the first simulated frame)."""
     result_path = Path(result_path)
     overrides = overrides_from_maps(model, maps, map_settings)
     simulator = FaceSimulator(model, settings, overrides, collisions=collisions)
     frames = activations.frame_count
     skin_count = len(model["skin_vertices"])
     skin = np.empty((frames, skin_count, 3))
-    converged = np.zeros(frames, dtype=bool)
-    iterations = np.zeros(frames, dtype=np.int64)
-    seconds = np.zeros(frames)
-    skull_transforms, jaw_transforms = np.zeros((frames, 4, 4)), np.zeros((frames, 4, 4))
-    depth, contacts = np.zeros(frames), np.zeros(frames, dtype=np.int64)
-    inverted, smallest_ratio = np.zeros(frames, dtype=np.int64), np.ones(frames)
-    pinned = np.zeros(frames, dtype=np.int64)
-    guarded = np.zeros(frames, dtype=np.int64)
+    records = {"converged": np.zeros(frames, dtype=bool), "newton_iterations": np.zeros(frames, dtype=np.int64),
+               "frame_seconds": np.zeros(frames), "skull_transforms": np.zeros((frames, 4, 4)),
+               "jaw_transforms": np.zeros((frames, 4, 4)), "penetration_depth_max": np.zeros(frames),
+               "contacts": np.zeros(frames, dtype=np.int64), "inverted_tets": np.zeros(frames, dtype=np.int64),
+               "smallest_volume_ratio": np.ones(frames), "filter_pinned": np.zeros(frames, dtype=np.int64),
+               "filter_guarded": np.zeros(frames, dtype=np.int64)}
     filtering = skin_filter is not None and rig_offset is not None
     rest_skin = np.asarray(model["skin_vertices"], dtype=np.float64)
-    with Pc2Writer(result_path.with_suffix(".pc2"), skin_count, start_frame=1.0) as cache:
-        for frame in range(frames):
+    cache_path = result_path.with_suffix(".pc2")
+    first = 0
+    if resume:
+        first, snapshot, saved, factor = checkpoint.load()
+        simulator.resume(snapshot, factor)
+        for name, values in saved.items():
+            if name in records:
+                records[name][:first] = values
+        skin[:first] = read_pc2(cache_path)[0][:first]
+        cache = Pc2Writer.continue_after(cache_path, skin_count, first)
+    else:
+        cache = Pc2Writer(cache_path, skin_count, start_frame=cache_start_frame)
+    with cache:
+        for frame in range(first, frames):
             detail = None if skin_detail is None else skin_detail[frame]
             # With a scene the contacts hold the skin *with* its detail out of the colliders.
             step = simulator.step(activations.tet_activations(model, frame), activations.jaw[frame],
                                   activations.head_transforms[frame], frame=frame,
                                   skin_offset=detail if collisions is not None else None)
-            skull_transforms[frame], jaw_transforms[frame] = step.skull_transform, step.jaw_transform
-            depth[frame], contacts[frame] = step.penetration_depth_max, step.contacts
+            records["skull_transforms"][frame], records["jaw_transforms"][frame] = step.skull_transform, \
+                step.jaw_transform
+            records["penetration_depth_max"][frame], records["contacts"][frame] = step.penetration_depth_max, \
+                step.contacts
             ratios = np.linalg.det(simulator.elasticity.deformation_gradients(step.positions))
-            inverted[frame], smallest_ratio[frame] = int((ratios <= 0.0).sum()), float(ratios.min(initial=1.0))
+            records["inverted_tets"][frame] = int((ratios <= 0.0).sum())
+            records["smallest_volume_ratio"][frame] = float(ratios.min(initial=1.0))
             skin[frame] = simulator.displayed_skin(detail)
             filter_started = time.perf_counter()
             if filtering:
@@ -123,24 +141,27 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
                 rig = (rest_skin + rig_offset[frame]) @ head[:3, :3].T + head[:3, 3]
                 pose = BonePose(step.skull_transform, step.jaw_transform, frame)
                 filtered = skin_filter.apply_in_scene(skin[frame], rig, collisions, pose, settings.contact_tolerance)
-                skin[frame], pinned[frame], guarded[frame] = filtered.skin, filtered.held_by_colliders, filtered.guarded
+                skin[frame] = filtered.skin
+                records["filter_pinned"][frame] = filtered.held_by_colliders
+                records["filter_guarded"][frame] = filtered.guarded
                 if collisions is not None:      # the written skin's own depth, as the filter keeps it out
-                    depth[frame] = collisions.measure(skin[frame], pose, shown=True).max_depth_m
-            converged[frame], iterations[frame] = step.converged, step.iterations
-            seconds[frame] = step.seconds + (time.perf_counter() - filter_started)
+                    records["penetration_depth_max"][frame] = collisions.measure(skin[frame], pose,
+                                                                                 shown=True).max_depth_m
+            records["converged"][frame], records["newton_iterations"][frame] = step.converged, step.iterations
+            records["frame_seconds"][frame] = step.seconds + (time.perf_counter() - filter_started)
             cache.append(skin[frame])
+            if checkpoint is not None:
+                linear = simulator.solver.linear_solver
+                checkpoint.save(frame + 1, simulator.snapshot(), records, (linear.factorisations, linear.kept_factor))
             progress({"frame": frame + 1, "frames": frames, "converged": bool(step.converged),
-                      "newton_iterations": int(step.iterations), "seconds": round(float(seconds[frame]), 3),
-                      "inverted_tets": int(inverted[frame]),
-                      **({} if collisions is None else {"penetration_depth_max_mm": round(1e3 * depth[frame], 4),
-                                                        "contacts": int(step.contacts),
-                                                        "collision_rounds": int(step.collision_rounds)}),
+                      "newton_iterations": int(step.iterations),
+                      "seconds": round(float(records["frame_seconds"][frame]), 3),
+                      "inverted_tets": int(records["inverted_tets"][frame]),
+                      **({} if collisions is None else {
+                          "penetration_depth_max_mm": round(1e3 * records["penetration_depth_max"][frame], 4),
+                          "contacts": int(step.contacts), "collision_rounds": int(step.collision_rounds)}),
                       **({} if step.converged else {"reason": step.reason})})
-    result = AnimationResult(skin_positions=skin, converged=converged, newton_iterations=iterations,
-                             frame_seconds=seconds, fps=float(activations.fps), skull_transforms=skull_transforms,
-                             jaw_transforms=jaw_transforms, penetration_depth_max=depth, contacts=contacts,
-                             inverted_tets=inverted, smallest_volume_ratio=smallest_ratio, filter_pinned=pinned,
-                             filter_guarded=guarded)
+    result = AnimationResult(skin_positions=skin, fps=float(activations.fps), **records)
     write_npz_atomically(result_path, result.arrays())
     return result
 

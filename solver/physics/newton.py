@@ -162,6 +162,7 @@ class CholmodLinearSolver:
         self._has_numeric_factor = False
         self._factored_term: LowRankTerm | None = None      # the low-rank term inside the factor
         self._modified: tuple | None = None                # (factor copy, the term it holds)
+        self._factored_matrix: tuple | None = None         # (matrix, shift) factorised: `kept_factor`
         self._indptr = self._indices = None
         self.symbolic_analyses = 0
         self.factorisations = 0
@@ -258,6 +259,9 @@ class CholmodLinearSolver:
                 continue
             self._has_numeric_factor = True
             self.last_shift = shift
+            # Values are refilled in place by the next assembly; the pattern is shared and fixed.
+            self._factored_matrix = (sp.csc_matrix((matrix.data.copy(), matrix.indices, matrix.indptr),
+                                                   shape=matrix.shape), shift)
             return shift
         if shifts is not None:
             raise HessianNotPositiveDefinite("reduced Hessian not positive definite with the shifts "
@@ -275,6 +279,33 @@ class CholmodLinearSolver:
         self._factored_term = None
         self._modified = None
         self.last_shift = 0.0
+
+    def kept_factor(self) -> dict | None:
+        """What rebuilds the kept numeric factor: the matrix factorised, its shift and the
+        low-rank term inside, as plain arrays (None without one). A resumed bake restores it
+        (`restore_factor`), so its first frames are preconditioned as the uninterrupted bake's
+        were and reach the same equilibrium, not one a tolerance away (physics/checkpoint.py)."""
+        if not self._has_numeric_factor or self._factored_matrix is None:
+            return None
+        matrix, shift = self._factored_matrix
+        term = self._factored_term
+        keys = [np.frombuffer(key, np.uint8) for key in term.keys]
+        return {"indptr": matrix.indptr, "indices": matrix.indices, "data": matrix.data,
+                "shape": np.array(matrix.shape), "shift": np.array(shift),
+                "term_indptr": term.columns.indptr, "term_indices": term.columns.indices,
+                "term_data": term.columns.data, "term_shape": np.array(term.columns.shape),
+                "key_bytes": np.concatenate(keys) if keys else np.zeros(0, np.uint8),
+                "key_ends": np.cumsum([len(key) for key in keys], dtype=np.int64)}
+
+    def restore_factor(self, kept: dict) -> None:
+        """Factorise again what `kept_factor` described (the same matrix, shift and term)."""
+        matrix = sp.csc_matrix((kept["data"], kept["indices"], kept["indptr"]), shape=tuple(kept["shape"]))
+        columns = sp.csc_matrix((kept["term_data"], kept["term_indices"], kept["term_indptr"]),
+                                shape=tuple(kept["term_shape"]))
+        key_bytes, ends = np.asarray(kept["key_bytes"], np.uint8), np.asarray(kept["key_ends"], np.int64)
+        starts = np.concatenate([[0], ends[:-1]]) if len(ends) else ends
+        keys = tuple(key_bytes[start:end].tobytes() for start, end in zip(starts, ends))
+        self.factorise(matrix, LowRankTerm(columns, keys), shifts=(float(kept["shift"]),))
 
     def factor_copy(self):
         """A copy of the kept numeric factor (a cholesky.CholeskyFactor; ``solve``), for a caller that

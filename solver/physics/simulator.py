@@ -379,6 +379,43 @@ class FaceSimulator:
         # animation of that pose reaches (CholmodLinearSolver.forget_numeric_factor).
         self.solver.linear_solver.forget_numeric_factor()
 
+    def snapshot(self) -> dict:
+        """What the next step() starts from, as plain arrays (checkpoint.py saves it after every
+        frame of a bake, so a cancelled or crashed bake resumes where it stopped): the nodes and
+        their velocity, the last frame's bones and activations, the displayed skin's contact
+        correction and the contact multipliers carried into the next frame."""
+        keys, multipliers = (np.zeros(0, np.int64), np.zeros(0)) if self.contact_response is None \
+            else self.contact_response.carried()
+        state = {"positions": self.positions, "velocity": self.velocity, "skin_correction": self.skin_correction,
+                 "previous_head": self._previous_head, "previous_jaw": self._previous_jaw,
+                 "frame_index": np.array(self.frame_index, np.int64), "carried_keys": np.asarray(keys, np.int64),
+                 "carried_multipliers": np.asarray(multipliers, np.float64)}
+        if self._previous_activation is not None:
+            state["previous_activation"] = self._previous_activation
+        return {name: np.array(value) for name, value in state.items()}
+
+    def resume(self, state: dict, factor: Optional[dict] = None) -> None:
+        """Continue from a `snapshot()` and, when given, the Newton solver's kept factor
+        (newton.CholmodLinearSolver.kept_factor), which preconditions the next frames as it did
+        when the snapshot was taken."""
+        self.return_to_rest()
+        if np.shape(state["positions"]) != self.positions.shape or \
+                np.shape(state["skin_correction"]) != self.skin_correction.shape:
+            raise ValueError("the saved state does not belong to this model (node or skin vertex count differs)")
+        self.positions = np.array(state["positions"], np.float64)
+        self.velocity = np.array(state["velocity"], np.float64)
+        self.skin_correction = np.array(state["skin_correction"], np.float64)
+        self._previous_head = np.array(state["previous_head"], np.float64)
+        self._previous_jaw = np.array(state["previous_jaw"], np.float64)
+        previous = state.get("previous_activation")
+        self._previous_activation = None if previous is None else np.array(previous, np.float64)
+        self.frame_index = int(state["frame_index"])
+        if self.contact_response is not None:
+            self.contact_response.carry((np.array(state["carried_keys"], np.int64),
+                                         np.array(state["carried_multipliers"], np.float64)))
+        if factor is not None:
+            self.solver.linear_solver.restore_factor(factor)
+
     def _load_steps_for(self, activation: np.ndarray) -> int:
         """The quasi-static load steps of a frame moving to these activations
         (SimulationSettings.max_activation_change_per_load_step)."""

@@ -5,9 +5,10 @@ both parse into an `AnimateRequest`, which checks every field on construction, b
 loaded: ranges are bounded by what the solver can do in reasonable time, outputs may not
 replace an input. `run_animate` then loads the inputs, blends shape-key weights through a fit
 (with optional muscle contractions on top), builds the collision scene, simulates every frame,
-and writes RESULT.npz and its `.pc2` into a private temporary folder beside RESULT, swapping
-both into place only when every frame is done: a cancel or crash leaves the earlier result and
-cache as they were.
+and writes RESULT.npz and its `.pc2` into the partial folder beside RESULT (`partial_folder`),
+swapping both into place only when every frame is done: a cancel or crash leaves the earlier
+result and cache as they were, and the partial folder's finished frames and state, from which
+`resume` continues (physics/checkpoint.py).
 
 Reporting goes through `report.progress(message, **fields)` and `report.warning(message)`, which
 both doors provide (solver/cli.py prints them, solver/jobs.py writes JSON lines).
@@ -15,9 +16,9 @@ both doors provide (solver/cli.py prints them, solver/jobs.py writes JSON lines)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -68,6 +69,8 @@ class AnimateRequest:
     collisions: tuple = ()
     contact_solver: str = "newton"
     teeth_padding_m: Optional[float] = None  # None: the solver's default (collisions/teeth.py)
+    resume: bool = False                    # continue the bake the partial folder beside output holds
+    cache_start_frame: float = 1.0          # the .pc2 header's first frame (the scene frame of frame 0)
     map_settings: MapSettings = field(init=False, default=None)     # the four above, checked (maps.py)
 
     def __post_init__(self):
@@ -84,11 +87,13 @@ class AnimateRequest:
                                "give a list, empty for none")
         put("colliders", tuple(check.input_file(path, "colliders", "MESH.npz") for path in self.colliders))
         self._check_animation_inputs()
-        for name in ("dynamic", "gravity", "skin_filter"):
+        for name in ("dynamic", "gravity", "skin_filter", "resume"):
             check.flag(getattr(self, name), name)
         if self.detail is not None:
             check.flag(self.detail, "detail")
         put("substeps", check.whole_number(self.substeps, "substeps", 1, MAX_SUBSTEPS))
+        put("cache_start_frame", check.number(self.cache_start_frame, "cache_start_frame", -1e6, 1e6,
+                                              meaning="the scene frame of the first simulated frame"))
         if self.wind is not None:
             put("wind", check.vector3(self.wind, "wind", MAX_WIND_SPEED, "m/s"))
         try:
@@ -208,14 +213,46 @@ def _animation(model, request: AnimateRequest, report):
     return activations, blended.detail if with_detail else None, blended.rig_offset, skin_filter
 
 
+def partial_folder(output: Path) -> Path:
+    """Where a bake writing `output` keeps its frames until all are done: `.<stem>.partial/`
+    beside it, holding the growing `result.pc2` (watchable while the bake runs) and the resume
+    state (physics/checkpoint.py). A cancel or crash leaves it, and the earlier result, as they
+    were; the next fresh run of the same output replaces it."""
+    return output.resolve().parent / f".{output.stem}.partial"
+
+
+def _fresh_partial_folder(workspace: Path) -> None:
+    # A symlink planted under the name is removed, never followed.
+    if workspace.is_symlink() or workspace.is_file():
+        workspace.unlink()
+    elif workspace.is_dir():
+        shutil.rmtree(workspace)
+    workspace.mkdir()
+
+
+def _fingerprint(request: AnimateRequest) -> str:
+    """What a resumed bake must share with the one it continues: every setting and input."""
+    from ..physics.checkpoint import fingerprint
+    settings = {item.name: getattr(request, item.name) for item in dataclasses.fields(request)
+                if item.name not in ("output", "resume", "map_settings") + INPUT_FIELDS}
+    inputs = [request.model, request.activations, request.fit, request.weights, request.maps, request.lip_vertices,
+              *request.colliders]
+    return fingerprint(settings, inputs)
+
+
 def run_animate(request: AnimateRequest, report) -> dict:
     """Simulate the request and write RESULT.npz and its .pc2 (module docstring); the result's
     summary: outputs (paths), frames, unconverged_frames, message and, with collisions,
     penetration_depth_max_mm."""
     from ..model_file import load_model
     from ..physics.animate import animate
+    from ..physics.checkpoint import Checkpoint, ResumeError
     from ..physics.inputs import load_maps
     from ..physics.simulator import SimulationSettings
+    workspace = partial_folder(request.output)
+    if request.resume and not (workspace.is_dir() and not workspace.is_symlink()):
+        raise RequestError("resume", f"there is nothing to resume: no partial bake at {workspace}",
+                           "bake afresh (without resume)")
     model = load_model(request.model)
     activations, detail, rig_offset, skin_filter = _animation(model, request, report)
     maps = _input_file("maps", load_maps, request.maps, model) if request.maps is not None else None
@@ -226,15 +263,12 @@ def run_animate(request: AnimateRequest, report) -> dict:
                                  request.teeth_padding_m)
     frames = activations.frame_count
     report.progress(f"model loaded; simulating {frames} frames", fraction=0.0, frame=0, frames=frames)
-    deepest_mm = 0.0
 
     def on_frame(event):
-        nonlocal deepest_mm
         state = "" if event["converged"] else f" (not converged: {event.get('reason', '')})"
         contact = {key: event[key] for key in ("penetration_depth_max_mm", "contacts", "collision_rounds")
                    if key in event}
         if "penetration_depth_max_mm" in contact:
-            deepest_mm = max(deepest_mm, contact["penetration_depth_max_mm"])
             state += f", {contact['contacts']} contacts, deepest {contact['penetration_depth_max_mm']:.2f} mm"
         report.progress(f"frame {event['frame']}/{event['frames']}: {event['newton_iterations']} Newton iterations, "
                         f"{event['seconds']:.2f} s{state}",
@@ -246,24 +280,27 @@ def run_animate(request: AnimateRequest, report) -> dict:
 
     output = request.output
     cache = output.with_suffix(".pc2")
-    # A folder of our own (created exclusively, so nothing planted there is followed) holds
-    # both files until every frame is done.
-    workspace = Path(tempfile.mkdtemp(prefix=f".{output.stem}.", suffix=".partial", dir=output.resolve().parent))
+    if not request.resume:
+        _fresh_partial_folder(workspace)
+    checkpoint = Checkpoint(workspace, _fingerprint(request), frames)
     try:
         result = animate(model, activations, workspace / "result.npz", settings=simulation, maps=maps,
                          map_settings=request.map_settings, progress=on_frame, skin_detail=detail,
-                         collisions=collisions, rig_offset=rig_offset, skin_filter=skin_filter)
-        os.replace(workspace / "result.pc2", cache)
-        os.replace(workspace / "result.npz", output)
-    finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(workspace)
+                         collisions=collisions, rig_offset=rig_offset, skin_filter=skin_filter,
+                         checkpoint=checkpoint, resume=request.resume, cache_start_frame=request.cache_start_frame)
+    except ResumeError as error:
+        raise RequestError("resume", str(error), "bake afresh (without resume)") from None
+    os.replace(workspace / "result.pc2", cache)
+    os.replace(workspace / "result.npz", output)
+    with contextlib.suppress(OSError):
+        shutil.rmtree(workspace)
     unconverged = int((~result.converged).sum())
     summary = {"outputs": {"result": str(output), "cache": str(cache)}, "frames": int(frames),
                "unconverged_frames": unconverged,
                "message": f"wrote {output.name} and {cache.name}: {frames} frames simulated, "
                           f"{unconverged} not converged"}
     if collisions is not None:
+        deepest_mm = 1e3 * float(result.penetration_depth_max.max(initial=0.0))
         summary["penetration_depth_max_mm"] = round(deepest_mm, 4)
         summary["message"] += f"; deepest skin vertex inside a collider {deepest_mm:.2f} mm"
     return summary
