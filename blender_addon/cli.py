@@ -7,8 +7,9 @@
     python -m blender_addon.cli demo [--out out/demo] [--quick] [--docs DIR] [--solver-python PY]
 
 `bake` bakes every object that has a built Face Physics model (or the named ones) with its saved
-settings, then saves the file (in place, or as --output, with the caches beside that file). Exit
-status 0 when every bake succeeded, 1 otherwise; the solver's messages are printed as they arrive.
+settings into a new take each (api.bake), then saves the file (in place, or as --output, with the
+takes beside that file). Exit status 0 when every bake succeeded, 1 otherwise; each solved frame
+is printed as it arrives, with the seconds per frame and the time left.
 
 `fit` runs the Fit panel's job on the same objects: every shape key (Fit All, a fresh fit) or
 the --shapes (solver spelling; the current fit keeps the others, like Fit Selected), in --jobs
@@ -63,43 +64,41 @@ def _open_file(blend: str, object_names, solver_python: str):
     return objects, missing
 
 
-def _make_active(obj) -> None:
-    import bpy
-    for other in bpy.context.view_layer.objects:
-        other.select_set(False)
-    bpy.context.view_layer.objects.active = obj
-
-
 def bake_file(blend: str, object_names, solver_python: str, output: str) -> int:
-    """Bake each object as its Bake button does (workflow.start_bake_job → apply_bake), then save."""
+    """Bake each object as its Bake button does (api.bake: a new take, shown), then save."""
     import bpy
-    from . import workflow
+    from . import api
     objects, failures = _open_file(blend, object_names, solver_python)
     if not objects:
         return 1
     if output:
         _save_as_keeping_model_paths(output)
     for obj in objects:
-        _make_active(obj)
         print(f"baking {obj.name} …", flush=True)
         try:
-            job = workflow.start_bake_job(_Reports(obj.name), bpy.context, obj)
-        except (RuntimeError, ValueError, OSError) as error:
+            take = api.bake(obj, on_progress=_frame_printer(obj.name), on_report=_Reports(obj.name).report)
+        except api.FacePhysicsError as error:
             print(f"{obj.name}: {error}", file=sys.stderr)
-            job = None
-        if job is None or not _waited(obj, job):
             failures += 1
             continue
-        try:
-            frames = workflow.apply_bake(job)
-            print(f"{obj.name}: baked {frames} frames ({job.result.get('message', '')})", flush=True)
-        except (RuntimeError, ValueError, OSError, KeyError) as error:
-            print(f"{obj.name}: could not apply the bake: {error}", file=sys.stderr)
-            failures += 1
-        finally:
-            job.close()
+        for warning in take.warnings:
+            print(f"{obj.name}: solver: {warning}", file=sys.stderr)
+        print(f"{obj.name}: baked {take.frames} frames into {take.name} ({take.seconds_per_frame:.2f} s per frame)",
+              flush=True)
     bpy.ops.wm.save_mainfile()
     return 1 if failures else 0
+
+
+def _frame_printer(name: str):
+    """Prints a bake's frame, speed and time left each time a frame is solved (farm logs)."""
+    printed = 0
+
+    def show(job) -> None:
+        nonlocal printed
+        if job.frames_done != printed:
+            printed = job.frames_done
+            print(f"{name}: {job.progress_text()}", flush=True)
+    return show
 
 
 def _waited(obj, job, on_update=lambda job: None) -> bool:
@@ -110,7 +109,6 @@ def _waited(obj, job, on_update=lambda job: None) -> bool:
     except KeyboardInterrupt:     # the solver runs in a session of its own: stop it too
         job.cancel()
         job.wait()
-        _keep_solved_frames(job)
         job.close()
         raise
     on_update(job)                # the messages read by the last poll
@@ -120,16 +118,8 @@ def _waited(obj, job, on_update=lambda job: None) -> bool:
         return True
     reason = "cancelled" if job.outcome == 'CANCELLED' else f"failed: {job.error_message()}"
     print(f"{obj.name}: {job.description} {reason}", file=sys.stderr)
-    _keep_solved_frames(job)
     job.close()
     return False
-
-
-def _keep_solved_frames(job) -> None:
-    """A bake's take keeps the frames solved before it stopped (resumable, like the button's)."""
-    from . import workflow
-    if job.take is not None:
-        workflow.end_bake(job)
 
 
 class _Reports:

@@ -130,14 +130,16 @@ def _model_preflight(context, obj) -> List[Finding]:
     return findings + scene_export.metres_per_unit(context, obj)[1] if _has_model_file(obj) else findings
 
 
-def bake_preflight(context, obj) -> List[Finding]:
+def bake_preflight(context, obj, plan: Optional["BakePlan"] = None) -> List[Finding]:
+    """What stops a bake of `plan` (default: the Bake panel's settings now)."""
     settings = obj.face_physics
     findings = _model_preflight(context, obj)
     if not _has_model_file(obj):
         return findings
-    if settings.bake_target == 'PC2':
+    plan = plan or BakePlan.of(context, obj)
+    if plan.target == 'PC2':
         findings += scene_export.cache_preflight(obj)
-    first, last = scene_export.frame_range(context, settings)
+    first, last = plan.first_frame, plan.last_frame
     if last < first:
         findings.append(Finding(ERROR, f"the frame range {first}–{last} is empty"))
     if settings.animation_source == 'SHAPE_KEYS' and settings.fit_path:
@@ -174,7 +176,7 @@ def write_bake_job(operator, context, obj, plan: Optional[BakePlan] = None, job_
     muscle sliders add on top); without one, the muscle contractions."""
     plan = plan or BakePlan.of(context, obj)
     storage.cache_path(obj)
-    if report_findings(operator, bake_preflight(context, obj)):
+    if report_findings(operator, bake_preflight(context, obj, plan)):
         return None
     settings = obj.face_physics
     first, last = plan.first_frame, plan.last_frame
@@ -224,13 +226,13 @@ def _playing_action(obj, action):
         animation.action = previous
 
 
-def start_bake_job(operator, context, obj, action=None):
+def start_bake_job(operator, context, obj, action=None, plan: Optional[BakePlan] = None):
     """Make a new take (take_folders.new_take), write the bake's job into it (`write_bake_job`;
     with `action`, the shape keys playing that action) and start the solver on it (shared with
     the farm bake and the API); None when a finding stopped it (the take is removed again). The
     job carries its `BakePlan`, which `apply_bake` follows, and its take, whose growing cache
-    `follow_bake` shows."""
-    plan = BakePlan.of(context, obj)
+    `follow_bake` shows. `plan` defaults to the Bake panel's settings now."""
+    plan = plan or BakePlan.of(context, obj)
     template = Take(name="", object=obj.name, first_frame=plan.first_frame, last_frame=plan.last_frame,
                     target=plan.target, metres_per_unit=plan.metres_per_unit,
                     action="" if action is None else action.name)

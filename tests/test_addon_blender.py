@@ -205,6 +205,40 @@ def test_bake_to_pc2_then_shape_keys_matches_the_solver(scene, monkeypatch, tmp_
     assert _user_data(obj) == scene["user_data"]
 
 
+def test_the_python_api_bakes_and_manages_takes_without_an_active_object(scene):
+    from blender_addon import api
+    obj = scene["object"]
+    bpy.context.view_layer.objects.active = None
+    try:
+        take = api.bake(obj, first=1, last=3, target='PC2')
+        assert take.status == "finished" and take.frames == 3 and take.first_frame == 1
+        assert take.name in [listed.name for listed in api.takes(obj)] and obj.face_physics.shown_take == take.name
+        np.testing.assert_allclose(_evaluated_metres(obj, 2), _shown_take_positions(obj)[1], atol=1e-5)
+        with pytest.raises(api.FacePhysicsError, match="target 'GIF'"):
+            api.bake(obj, target='GIF')
+        with pytest.raises(api.FacePhysicsError, match="frame range 5–2 is empty"):
+            api.bake(obj, first=5, last=2)
+        with pytest.raises(api.FacePhysicsError, match="no take 'nope'"):
+            api.show_take(obj, "nope")
+        assert api.rename_take(obj, take.name, "api take").name == "api take"
+        api.free_take(obj, "api take")
+        assert "api take" not in [listed.name for listed in api.takes(obj)]
+    finally:
+        bpy.context.view_layer.objects.active = obj
+    assert _user_data(obj) == scene["user_data"]
+
+
+def test_job_operators_never_run_from_redo_or_repeat_last(addon):
+    """F9 and Shift+R call execute(), which waits for the solver: the job operators are not
+    REGISTER operators, so Blender never offers them there."""
+    from blender_addon.job_operator import SolverJobOperator
+    job_operators = [cls for cls in SolverJobOperator.__subclasses__() for cls in [cls, *cls.__subclasses__()]
+                     if hasattr(cls, "bl_idname")]
+    assert len(job_operators) >= 8
+    for cls in job_operators:
+        assert 'REGISTER' not in getattr(cls, "bl_options", set()), cls.bl_idname
+
+
 def _assert_shape_key_bake_matches(obj, expected, frames=FRAMES, middle=MIDDLE_FRAME):
     assert "Face Physics cache" not in obj.modifiers
     baked = [b.name for b in obj.data.shape_keys.key_blocks if b.name.startswith("FP bake ")]
