@@ -16,6 +16,7 @@ import bpy
 import numpy as np
 
 from . import pc2_cache
+from .stepwise import drain
 from .storage import BAKE_ACTION_PREFIX, BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME, cache_path, relative
 
 
@@ -40,19 +41,26 @@ def _fcurve_collections(key):
 
 
 def remove_previous_bake(obj) -> None:
+    drain(remove_previous_bake_steps(obj))
+
+
+def remove_previous_bake_steps(obj):
+    """Remove what the previous Face Physics bake put on the object, as steps (stepwise.py): a
+    shape-key bake goes a key (and its F-curve) a step, so replacing a long one does not stall."""
     modifier = obj.modifiers.get(CACHE_MODIFIER_NAME)
     if modifier is not None:
         obj.modifiers.remove(modifier)
     key = obj.data.shape_keys
     if key is None:
         return
-    ours = [block for block in key.key_blocks if block.name.startswith(BAKE_KEY_PREFIX)]
-    paths = {f'key_blocks["{block.name}"].value' for block in ours}
-    for fcurves in _fcurve_collections(key):
-        for fcurve in [fcurve for fcurve in fcurves if fcurve.data_path in paths]:
-            fcurves.remove(fcurve)
-    for block in ours:
-        obj.shape_key_remove(block)
+    ours = [block.name for block in key.key_blocks if block.name.startswith(BAKE_KEY_PREFIX)]
+    for position, name in enumerate(ours):
+        for fcurves in _fcurve_collections(key):
+            fcurve = fcurves.find(f'key_blocks["{name}"].value')
+            if fcurve is not None:
+                fcurves.remove(fcurve)
+        obj.shape_key_remove(key.key_blocks[name])
+        yield (position + 1) / len(ours), f"removing the previous bake's key {name}"
     settings = obj.face_physics
     if settings.baked_target == 'ACTION' and key.animation_data is not None:
         baked_action = key.animation_data.action
@@ -70,11 +78,23 @@ def _move_modifier_first(obj, modifier) -> None:
 
 
 def bind_point_cache(obj, path, first_frame: int) -> None:
+    drain(bind_point_cache_steps(obj, path, first_frame))
+
+
+def bind_point_cache_steps(obj, path, first_frame: int):
     """Show the `.pc2` at `path` on the object with our Mesh Cache modifier, first in the stack,
-    replacing what an earlier bake made. The cache may still be growing (a bake in progress):
-    Blender reads it on every evaluation, so new frames show as they arrive."""
-    remove_previous_bake(obj)
-    modifier = obj.modifiers.new(CACHE_MODIFIER_NAME, 'MESH_CACHE')
+    replacing what an earlier bake made (its keys a step each: stepwise.py)."""
+    yield from remove_previous_bake_steps(obj)
+    show_cache(obj, path, first_frame)
+    obj.face_physics.baked_target = 'PC2'
+
+
+def show_cache(obj, path, first_frame: int) -> None:
+    """Point our Mesh Cache modifier (made if missing, first in the stack) at `path`, leaving
+    an earlier shape-key bake in place under it (the cache overwrites what the keys make). The
+    cache may still be growing — a bake in progress: Blender reads it on every evaluation, so new
+    frames show as they arrive — and this costs the same whatever was baked before."""
+    modifier = obj.modifiers.get(CACHE_MODIFIER_NAME) or obj.modifiers.new(CACHE_MODIFIER_NAME, 'MESH_CACHE')
     modifier.cache_format = 'PC2'
     modifier.filepath = relative(Path(path))
     modifier.deform_mode = 'OVERWRITE'
@@ -84,7 +104,6 @@ def bind_point_cache(obj, path, first_frame: int) -> None:
     modifier.frame_scale = 1.0
     modifier.forward_axis, modifier.up_axis = 'POS_Y', 'POS_Z'   # no axis conversion: the cache is local
     _move_modifier_first(obj, modifier)
-    obj.face_physics.baked_target = 'PC2'
 
 
 def bake_point_cache(obj, local_frames: np.ndarray, first_frame: int, path) -> Path:
@@ -98,10 +117,10 @@ def bake_point_cache(obj, local_frames: np.ndarray, first_frame: int, path) -> P
 
 def _constant_interpolation(key, data_path: str) -> None:
     for fcurves in _fcurve_collections(key):
-        for fcurve in fcurves:
-            if fcurve.data_path == data_path:
-                for point in fcurve.keyframe_points:
-                    point.interpolation = 'CONSTANT'
+        fcurve = fcurves.find(data_path)
+        if fcurve is not None:
+            for point in fcurve.keyframe_points:
+                point.interpolation = 'CONSTANT'
 
 
 def _use_new_action(obj, key) -> None:
@@ -116,41 +135,52 @@ def _use_new_action(obj, key) -> None:
     animation.action = action
 
 
-def _shape_key_offsets(obj, key_values: dict) -> np.ndarray:
-    """(T, V, 3) local offsets the user's relative shape keys add to the basis on each frame,
-    as Blender mixes them: Σ value × vertex-group weight × (key − its relative key)."""
+def _shape_key_deltas_steps(obj, key_values: dict):
+    """What each of the user's relative shape keys that moves over the range adds at value 1,
+    as Blender mixes them (vertex-group weight × (key − its relative key)): steps (one key
+    each) returning (values (K, T), deltas (K, V, 3)); the offset on frame t is
+    Σ_k values[k, t] × deltas[k]."""
     from .scene_export import coordinates, user_key_blocks, vertex_group_weights
-    frames = len(next(iter(key_values.values())))
-    offsets = np.zeros((frames, len(obj.data.vertices), 3))
-    for block in user_key_blocks(obj):
-        values = key_values[block.name]
-        if not np.any(values != 0.0):
-            continue
+    values, deltas = [], []
+    blocks = [block for block in user_key_blocks(obj) if np.any(key_values[block.name] != 0.0)]
+    for position, block in enumerate(blocks):
         delta = coordinates(block.data) - coordinates(block.relative_key.data)
         mask = vertex_group_weights(obj, block.vertex_group)
         if mask is not None:
             delta *= mask[:, None]
-        offsets += values[:, None, None] * delta[None]
-    return offsets
+        values.append(key_values[block.name])
+        deltas.append(delta)
+        yield (position + 1) / len(blocks), f"reading shape key {block.name}"
+    frames, vertices = len(next(iter(key_values.values()))), len(obj.data.vertices)
+    return np.array(values).reshape(len(values), frames), np.array(deltas).reshape(len(deltas), vertices, 3)
 
 
 def bake_shape_keys(obj, local_frames: np.ndarray, first_frame: int, new_action: bool = False) -> int:
     """One shape key per frame, relative to the basis, keyed 1 on its frame and 0 elsewhere;
     the keys go into the shape keys' action, or a new one of their own when `new_action`.
     Each key is the frame minus what the user's own shape keys add on that frame."""
-    from .scene_export import sample_key_values
-    remove_previous_bake(obj)
+    return drain(bake_shape_keys_steps(obj, local_frames, first_frame, new_action))
+
+
+def bake_shape_keys_steps(obj, local_frames: np.ndarray, first_frame: int, new_action: bool = False):
+    """`bake_shape_keys` as steps (stepwise.py): the previous bake removed, the shape keys read
+    and one key made and keyed a step each, so a modal bake applies them over timer ticks.
+    `local_frames` (T, V, 3) may be a memory map: a frame is read when its key is made."""
+    from .scene_export import sample_key_values_steps
+    yield from remove_previous_bake_steps(obj)       # first: an action bake gives the user's action back
+    frames = len(local_frames)
+    key_values = yield from sample_key_values_steps(bpy.context, obj, first_frame, first_frame + frames - 1)
     if obj.data.shape_keys is None:
         obj.shape_key_add(name="Basis", from_mix=False)
     key = obj.data.shape_keys
     basis = key.reference_key
-    key_values = sample_key_values(bpy.context, obj, first_frame, first_frame + len(local_frames) - 1)
-    if key_values and key.use_relative:
-        local_frames = local_frames - _shape_key_offsets(obj, key_values)
+    values, deltas = (yield from _shape_key_deltas_steps(obj, key_values)) if key_values and key.use_relative \
+        else (np.zeros((0, frames)), np.zeros((0, len(obj.data.vertices), 3)))
     if new_action:
         _use_new_action(obj, key)
-    for offset, positions in enumerate(local_frames):
+    for offset in range(frames):
         frame = first_frame + offset
+        positions = np.asarray(local_frames[offset], dtype=np.float64) - np.tensordot(values[:, offset], deltas, 1)
         block = obj.shape_key_add(name=f"{BAKE_KEY_PREFIX}{frame:04d}", from_mix=False)
         block.relative_key = basis
         block.data.foreach_set("co", np.ascontiguousarray(positions, dtype=np.float32).ravel())
@@ -159,9 +189,10 @@ def bake_shape_keys(obj, local_frames: np.ndarray, first_frame: int, new_action:
             block.value = value
             block.keyframe_insert("value", frame=keyed_frame)
         _constant_interpolation(key, f'key_blocks["{block.name}"].value')
+        yield (offset + 1) / frames, f"shape key for frame {frame}"
     obj.data.update()
     obj.face_physics.baked_target = 'ACTION' if new_action else 'SHAPE_KEYS'
-    return len(local_frames)
+    return frames
 
 
 def apply_bake(obj, target: str, skin_positions_m: np.ndarray, first_frame: int, metres_per_unit: float,
@@ -169,10 +200,16 @@ def apply_bake(obj, target: str, skin_positions_m: np.ndarray, first_frame: int,
     """Put simulated frames on the object as `target` says: PC2 shows `cache` (written from the
     frames unless it exists already: a take's own cache; default storage.cache_path), else
     shape keys."""
+    return drain(apply_bake_steps(obj, target, skin_positions_m, first_frame, metres_per_unit, cache))
+
+
+def apply_bake_steps(obj, target: str, skin_positions_m: np.ndarray, first_frame: int, metres_per_unit: float,
+                     cache=None):
+    """`apply_bake` as steps (stepwise.py); a cache is bound in one."""
     local = skin_positions_m / metres_per_unit
     if target == 'PC2':
         if cache is not None and os.path.isfile(cache):
-            bind_point_cache(obj, cache, first_frame)
+            yield from bind_point_cache_steps(obj, cache, first_frame)
             return Path(cache)
         return bake_point_cache(obj, local, first_frame, cache_path(obj) if cache is None else cache)
-    return bake_shape_keys(obj, local, first_frame, new_action=target == 'ACTION')
+    return (yield from bake_shape_keys_steps(obj, local, first_frame, new_action=target == 'ACTION'))

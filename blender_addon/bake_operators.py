@@ -21,7 +21,8 @@ class _BakeJobOperator(SolverJobOperator):
         workflow.end_bake(job)
 
     def apply(self, context, job):
-        frames = workflow.apply_bake(job)
+        """Steps (stepwise.py): a shape-key take is put on the object a frame a step."""
+        frames = yield from workflow.apply_bake_steps(job)
         self.report({'INFO'}, f"Face Physics: {job.take.name if job.take else 'bake'}: {frames} frames "
                               f"({job.result.get('message', '')})")
 
@@ -38,7 +39,7 @@ class FACE_PHYSICS_OT_bake(_BakeJobOperator, bpy.types.Operator):
         return built_model_poll(cls, context)
 
     def start(self, context):
-        return workflow.start_bake_job(self, context, skin_object(context))
+        return workflow.start_bake_job_steps(self, context, skin_object(context))
 
 
 class FACE_PHYSICS_OT_resume_take(_BakeJobOperator, bpy.types.Operator):
@@ -96,7 +97,7 @@ class FACE_PHYSICS_OT_bake_actions(_BakeJobOperator, bpy.types.Operator):
         obj = bpy.data.objects.get(self._object_name)
         if action is None or obj is None:
             return None
-        return workflow.start_bake_job(self, context, obj, action=action)
+        return workflow.start_bake_job_steps(self, context, obj, action=action)
 
 
 class _TakeOperator:

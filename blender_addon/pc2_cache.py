@@ -59,6 +59,14 @@ def write_pc2(path, frames: Iterable[np.ndarray], point_count: int, start_frame:
     return written
 
 
+def map_pc2_frames(path) -> np.ndarray:
+    """The cache's frames (samples, points, 3) float32, memory-mapped: a frame is read from disk
+    when it is used, so a long cache costs nothing to open."""
+    header = read_pc2_header(path)
+    return np.memmap(path, dtype="<f4", mode="r", offset=HEADER.size,
+                     shape=(header["samples"], header["points"], 3))
+
+
 def read_pc2_header(path) -> dict:
     with open(path, "rb") as stream:
         signature, version, points, start, rate, samples = HEADER.unpack(stream.read(HEADER.size))

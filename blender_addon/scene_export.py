@@ -14,6 +14,7 @@ import numpy as np
 from . import head_motion, preflight
 from .storage import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
 from .preflight import ERROR, Finding
+from .stepwise import drain
 
 SCALE_TOLERANCE = 1e-4
 
@@ -275,6 +276,12 @@ def _evaluated_triangle_mesh(obj, depsgraph) -> Tuple[np.ndarray, np.ndarray]:
 def sample_frames(context, obj, first: int, last: int) -> FrameSamples:
     """Step the scene through [first, last] and read the animation; the scene's current frame
     is restored afterwards."""
+    return drain(sample_frames_steps(context, obj, first, last))
+
+
+def sample_frames_steps(context, obj, first: int, last: int):
+    """`sample_frames` as steps (stepwise.py): one frame per step, so a modal bake spreads the
+    sampling over timer ticks; the scene's frame comes back even when the steps are abandoned."""
     scene = context.scene
     settings = obj.face_physics
     blocks = user_key_blocks(obj)
@@ -307,6 +314,7 @@ def sample_frames(context, obj, first: int, last: int) -> FrameSamples:
                     topology_changes[index] = frame
                     continue
                 collider_shapes[index].append(local)
+            yield (frame - first + 1) / (last - first + 1), f"sampling frame {frame} of {first}–{last}"
     finally:
         scene.frame_set(original_frame, subframe=original_subframe)
     frames = last - first + 1
@@ -331,6 +339,11 @@ def _append_key_values(obj, blocks, depsgraph, values: Dict[str, list]) -> None:
 def sample_key_values(context, obj, first: int, last: int) -> Dict[str, np.ndarray]:
     """Blender shape-key name → (T,) value on each frame of [first, last] ({} without keys);
     the scene's current frame is restored afterwards."""
+    return drain(sample_key_values_steps(context, obj, first, last))
+
+
+def sample_key_values_steps(context, obj, first: int, last: int):
+    """`sample_key_values` as steps, one frame each (stepwise.py)."""
     blocks = user_key_blocks(obj)
     if not blocks:
         return {}
@@ -341,6 +354,7 @@ def sample_key_values(context, obj, first: int, last: int) -> Dict[str, np.ndarr
         for frame in range(first, last + 1):
             scene.frame_set(frame)
             _append_key_values(obj, blocks, context.evaluated_depsgraph_get(), values)
+            yield (frame - first + 1) / (last - first + 1), f"reading the shape keys on frame {frame}"
     finally:
         scene.frame_set(original_frame, subframe=original_subframe)
     return {name: np.array(series) for name, series in values.items()}

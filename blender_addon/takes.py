@@ -7,10 +7,11 @@ made (bake.remove_previous_bake)."""
 from __future__ import annotations
 
 import bpy
-import numpy as np
 
 from . import bake, job_runner, storage
-from .take_folders import (RESULT_FILE, Take, TakeError, delete_take, find_take, list_takes, rename_take,
+from .pc2_cache import map_pc2_frames
+from .stepwise import drain
+from .take_folders import (Take, TakeError, delete_take, find_take, list_takes, rename_take,
                            saved_frames)
 
 
@@ -57,15 +58,24 @@ def selected_take(obj) -> Take:
 def show(obj, take: Take) -> int:
     """Show the take on the object as it was baked (its target): a finished take's cache or
     shape keys, or the frames a running, cancelled or failed one has so far (always as a cache:
-    its frames are still coming, or it will be resumed). Returns the frames shown."""
+    its frames are still coming, or it will be resumed; an earlier shape-key bake stays under
+    it until a finished take replaces it). Returns the frames shown."""
+    return drain(show_steps(obj, take))
+
+
+def show_steps(obj, take: Take):
+    """`show` as steps (stepwise.py): shape keys are made a frame a step."""
     settings = obj.face_physics
     if take.status == "finished" and take.target != 'PC2':
-        with np.load(take.folder / RESULT_FILE, allow_pickle=False) as result:
-            positions = np.array(result["skin_positions"], dtype=np.float64)
-        bake.apply_bake(obj, take.target, positions, take.first_frame, take.metres_per_unit)
-        frames = len(positions)
-    else:
-        bake.bind_point_cache(obj, take.cache, take.first_frame)
+        # The take's cache, in the object's units, memory-mapped: RESULT.npz is compressed, and
+        # reading a long one whole would stall Blender.
+        frames = yield from bake.bake_shape_keys_steps(obj, map_pc2_frames(take.cache), take.first_frame,
+                                                       new_action=take.target == 'ACTION')
+    elif take.status == "finished":
+        yield from bake.bind_point_cache_steps(obj, take.cache, take.first_frame)
+        frames = take.frames
+    else:               # frames still coming, or to be resumed: shown over whatever was baked before
+        bake.show_cache(obj, take.cache, take.first_frame)
         frames = take.frames_done
     settings.shown_take = take.name
     obj.update_tag()

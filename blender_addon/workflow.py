@@ -14,6 +14,7 @@ import numpy as np
 from . import bake, job_files, preflight, preferences, scene_export, solver_environment, storage, take_folders, takes
 from .job_runner import Job
 from .preflight import ERROR, Finding
+from .stepwise import drain
 from .take_folders import Take
 
 
@@ -174,6 +175,11 @@ def write_bake_job(operator, context, obj, plan: Optional[BakePlan] = None, job_
     folder (`job_dir`, default a new one) and return it, or None when a finding stops the bake
     (reported on `operator`). With a fit, the shape keys' values drive the face (and moving
     muscle sliders add on top); without one, the muscle contractions."""
+    return drain(write_bake_job_steps(operator, context, obj, plan, job_dir))
+
+
+def write_bake_job_steps(operator, context, obj, plan: Optional[BakePlan] = None, job_dir=None):
+    """`write_bake_job` as steps (stepwise.py): the scene is sampled a frame a step."""
     plan = plan or BakePlan.of(context, obj)
     storage.cache_path(obj)
     if report_findings(operator, bake_preflight(context, obj, plan)):
@@ -181,7 +187,7 @@ def write_bake_job(operator, context, obj, plan: Optional[BakePlan] = None, job_
     settings = obj.face_physics
     first, last = plan.first_frame, plan.last_frame
     metres = plan.metres_per_unit
-    samples = scene_export.sample_frames(context, obj, first, last)
+    samples = yield from scene_export.sample_frames_steps(context, obj, first, last)
     use_fit = settings.animation_source == 'SHAPE_KEYS' and bool(fit_file(obj))
     findings, weights = [], None
     if use_fit:
@@ -198,7 +204,7 @@ def write_bake_job(operator, context, obj, plan: Optional[BakePlan] = None, job_
                                                        f"press Fit All in the Fit panel"))
     colliders, collider_findings = scene_export.collider_arrays(obj, samples, metres)
     simulation = {**scene_export.simulation_settings(context, obj, with_fit=use_fit),
-                  "cache_start_frame": float(first)}
+                  "cache_start_frame": float(first), "cache_metres_per_unit": float(metres)}
     lips, lip_findings = (scene_export.lip_vertex_arrays(obj) if simulation["collisions"] else (None, []))
     if report_findings(operator, findings + collider_findings + lip_findings):
         return None
@@ -232,6 +238,12 @@ def start_bake_job(operator, context, obj, action=None, plan: Optional[BakePlan]
     the farm bake and the API); None when a finding stopped it (the take is removed again). The
     job carries its `BakePlan`, which `apply_bake` follows, and its take, whose growing cache
     `follow_bake` shows. `plan` defaults to the Bake panel's settings now."""
+    return drain(start_bake_job_steps(operator, context, obj, action, plan))
+
+
+def start_bake_job_steps(operator, context, obj, action=None, plan: Optional[BakePlan] = None):
+    """`start_bake_job` as steps (stepwise.py), for the modal Bake: sampling the scene a frame a
+    step. Abandoned half-way (Esc), the new take is removed and the scene's frame comes back."""
     plan = plan or BakePlan.of(context, obj)
     template = Take(name="", object=obj.name, first_frame=plan.first_frame, last_frame=plan.last_frame,
                     target=plan.target, metres_per_unit=plan.metres_per_unit,
@@ -239,7 +251,7 @@ def start_bake_job(operator, context, obj, action=None, plan: Optional[BakePlan]
     take = take_folders.new_take(storage.takes_folder(obj), template)
     try:
         with _playing_action(obj, action):
-            job_dir = write_bake_job(operator, context, obj, plan, job_dir=take.folder)
+            job_dir = yield from write_bake_job_steps(operator, context, obj, plan, job_dir=take.folder)
     except BaseException:
         take_folders.delete_take(take)
         raise
@@ -286,7 +298,7 @@ def follow_bake(job) -> None:
     obj = bpy.data.objects.get(plan.object_name)
     if obj is None or not take.cache.is_file():
         return
-    if obj.face_physics.shown_take != take.name or obj.face_physics.baked_target != 'PC2':
+    if obj.face_physics.shown_take != take.name:
         takes.show(obj, take)
     job.frames_shown = job.frames_done
     obj.update_tag()
@@ -387,6 +399,11 @@ def apply_fit(obj, job) -> None:
 def apply_bake(job) -> int:
     """Write a succeeded bake job's frames where its plan says (the Bake operator's and the farm
     bake's last step): the take is finished and shown; returns the number of frames."""
+    return drain(apply_bake_steps(job))
+
+
+def apply_bake_steps(job):
+    """`apply_bake` as steps (stepwise.py): shape keys are made a frame a step."""
     plan = job.plan
     obj = bpy.data.objects.get(plan.object_name)
     if obj is None:
@@ -394,9 +411,9 @@ def apply_bake(job) -> int:
     take = job.take
     if take is None:        # a job folder of its own (no take): the frames straight onto the object
         positions = job_files.read_result_positions(job.job_dir)
-        bake.apply_bake(obj, plan.target, positions, plan.first_frame, plan.metres_per_unit)
+        yield from bake.apply_bake_steps(obj, plan.target, positions, plan.first_frame, plan.metres_per_unit)
         return len(positions)
     take_folders.finish_take(take, job.seconds_per_frame, job.warnings)
-    frames = takes.show(obj, take)
+    frames = yield from takes.show_steps(obj, take)
     takes.refresh(obj)
     return frames

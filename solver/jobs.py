@@ -228,7 +228,7 @@ _COMMANDS: Dict[str, dict] = {
                 "settings": ("dynamic", "substeps", "gravity", "wind", "fat_scale", "diffusion_steps",
                              "diffusion_time_step_m2", "fat_softening", "detail", "skin_filter", "collisions",
                              "contact_solver", "teeth_padding_m", "resume",
-                             "cache_start_frame"),
+                             "cache_start_frame", "cache_metres_per_unit"),
                 "request": _animate_request, "labels": {"output": "outputs.result"},
                 "run": _runner("animate", "run_animate")},
 }

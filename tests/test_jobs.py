@@ -801,7 +801,10 @@ def _resume_case(folder, small_model, fit_path, frames, **settings):
                "weights": np.column_stack([np.linspace(0, 1, frames), np.linspace(0, 0.6, frames)]),
                "fps": np.float64(30)}
     folder.mkdir()
-    job_files.write_animate_job(folder, small_model, None, None, {"collisions": ["teeth", "lips"], **settings},
+    # The cache in centimetres from scene frame 5, as the add-on asks for a rig modelled in cm.
+    job_files.write_animate_job(folder, small_model, None, None, {"collisions": ["teeth", "lips"],
+                                                                  "cache_metres_per_unit": 0.01,
+                                                                  "cache_start_frame": 5, **settings},
                                 fit_path=fit_path, weights=weights)
 
 
@@ -844,9 +847,12 @@ def test_a_cancelled_bake_resumes_to_the_uninterrupted_result(tmp_path, few_shap
         assert gap < 1e-6, f"resumed bake differs by {gap:.2e} m"
         for key in ("converged", "contacts", "inverted_tets"):
             np.testing.assert_array_equal(whole[key], resumed[key], err_msg=key)
-    whole_cache, resumed_cache = (pc2.read_pc2(folder / "result.pc2")[0] for folder in (tmp_path / "whole", stopped))
-    assert whole_cache.shape == resumed_cache.shape == (frames, len(whole_cache[0]), 3)
-    assert np.abs(whole_cache - resumed_cache).max() < 1e-6
+    (whole_cache, start, _), (resumed_cache, _, _) = (pc2.read_pc2(folder / "result.pc2")
+                                                      for folder in (tmp_path / "whole", stopped))
+    assert whole_cache.shape == resumed_cache.shape == (frames, len(whole_cache[0]), 3) and start == 5.0
+    assert np.abs(whole_cache - resumed_cache).max() < 1e-4                  # cm
+    with np.load(stopped / "result.npz", allow_pickle=False) as resumed:
+        np.testing.assert_allclose(0.01 * resumed_cache, resumed["skin_positions"], atol=1e-8)
     assert not (stopped / ".result.partial").exists()
     code, messages, _ = _run(stopped)
     assert code == EXIT_BAD_INPUT and "settings.resume: there is nothing to resume" in messages[-2]["message"]

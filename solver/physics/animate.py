@@ -81,7 +81,8 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
             progress: Callable[[dict], None] = lambda event: None,
             skin_detail: Optional[np.ndarray] = None, collisions=None, rig_offset=None,
             skin_filter: Optional[SkinFilter] = None, checkpoint: Optional[Checkpoint] = None,
-            resume: bool = False, cache_start_frame: float = 1.0) -> AnimationResult:
+            resume: bool = False, cache_start_frame: float = 1.0,
+            cache_metres_per_unit: float = 1.0) -> AnimationResult:
     """Run every frame; `skin_detail` (T, V, 3), when given, is added to the simulated skin
     (the shape-key detail the tet mesh cannot carry, inverse/blend.py); with `skin_filter` and
     `rig_offset` (T, V, 3: the plain rig frame less the rest skin, blend.ShapeKeyFrames) the
@@ -93,7 +94,9 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     softening, diffusion into the volume; maps.MapSettings). With a `checkpoint` the state is
     saved after every frame, and with `resume` the run continues from the saved frame, appending
     to the `.pc2` the earlier run left (checkpoint.py); `cache_start_frame` is the `.pc2`'s first
-    frame (the scene frame of the first simulated frame)."""
+    frame (the scene frame of the first simulated frame) and `cache_metres_per_unit` its unit (the
+    .pc2 holds skin positions divided by it: the rig's own units, for a Mesh Cache modifier;
+    RESULT.npz stays in metres)."""
     result_path = Path(result_path)
     overrides = overrides_from_maps(model, maps, map_settings)
     simulator = FaceSimulator(model, settings, overrides, collisions=collisions)
@@ -116,7 +119,7 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
         for name, values in saved.items():
             if name in records:
                 records[name][:first] = values
-        skin[:first] = read_pc2(cache_path)[0][:first]
+        skin[:first] = read_pc2(cache_path)[0][:first] * cache_metres_per_unit
         cache = Pc2Writer.continue_after(cache_path, skin_count, first)
     else:
         cache = Pc2Writer(cache_path, skin_count, start_frame=cache_start_frame)
@@ -149,7 +152,7 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
                                                                                  shown=True).max_depth_m
             records["converged"][frame], records["newton_iterations"][frame] = step.converged, step.iterations
             records["frame_seconds"][frame] = step.seconds + (time.perf_counter() - filter_started)
-            cache.append(skin[frame])
+            cache.append(skin[frame] / cache_metres_per_unit)
             if checkpoint is not None:
                 linear = simulator.solver.linear_solver
                 checkpoint.save(frame + 1, simulator.snapshot(), records, (linear.factorisations, linear.kept_factor))

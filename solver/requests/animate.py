@@ -71,6 +71,7 @@ class AnimateRequest:
     teeth_padding_m: Optional[float] = None  # None: the solver's default (collisions/teeth.py)
     resume: bool = False                    # continue the bake the partial folder beside output holds
     cache_start_frame: float = 1.0          # the .pc2 header's first frame (the scene frame of frame 0)
+    cache_metres_per_unit: float = 1.0      # the .pc2 holds skin positions / this (the rig's own units)
     map_settings: MapSettings = field(init=False, default=None)     # the four above, checked (maps.py)
 
     def __post_init__(self):
@@ -94,6 +95,8 @@ class AnimateRequest:
         put("substeps", check.whole_number(self.substeps, "substeps", 1, MAX_SUBSTEPS))
         put("cache_start_frame", check.number(self.cache_start_frame, "cache_start_frame", -1e6, 1e6,
                                               meaning="the scene frame of the first simulated frame"))
+        put("cache_metres_per_unit", check.number(self.cache_metres_per_unit, "cache_metres_per_unit", 1e-6, 1e3,
+                                                  meaning="metres per unit of the .pc2 (0.01 for a rig in cm)"))
         if self.wind is not None:
             put("wind", check.vector3(self.wind, "wind", MAX_WIND_SPEED, "m/s"))
         try:
@@ -287,7 +290,8 @@ def run_animate(request: AnimateRequest, report) -> dict:
         result = animate(model, activations, workspace / "result.npz", settings=simulation, maps=maps,
                          map_settings=request.map_settings, progress=on_frame, skin_detail=detail,
                          collisions=collisions, rig_offset=rig_offset, skin_filter=skin_filter,
-                         checkpoint=checkpoint, resume=request.resume, cache_start_frame=request.cache_start_frame)
+                         checkpoint=checkpoint, resume=request.resume, cache_start_frame=request.cache_start_frame,
+                         cache_metres_per_unit=request.cache_metres_per_unit)
     except ResumeError as error:
         raise RequestError("resume", str(error), "bake afresh (without resume)") from None
     os.replace(workspace / "result.pc2", cache)
