@@ -27,7 +27,8 @@ def _solver_poll(cls, context) -> bool:
         cls.poll_message_set("A Face Physics job is running")
         return False
     if preferences.solver_python() is None:
-        cls.poll_message_set(solver_environment.missing_solver_message(preferences.preferred_python()))
+        cls.poll_message_set(solver_environment.missing_solver_message(preferences.preferred_python(),
+                                                                       preferences.is_extension()))
         return False
     return True
 
@@ -257,6 +258,7 @@ class FACE_PHYSICS_OT_install_solver(_SolverJobOperator, bpy.types.Operator):
     def poll(cls, context):
         return _first_refusal(cls, (
             (current_job() is None, "A Face Physics job is running"),
+            (not preferences.is_extension(), "The extension brings the solver's packages: reinstall its zip"),
             (getattr(bpy.app, "online_access", True),
              "Blender works offline: allow Online Access (Preferences › System) to download the solver's packages")))
 
@@ -278,7 +280,7 @@ class FACE_PHYSICS_OT_check_solver(_SolverJobOperator, bpy.types.Operator):
     def poll(cls, context):
         return _first_refusal(cls, (
             (current_job() is None, "A Face Physics job is running"),
-            (preferences.solver_python() is not None, "No solver Python yet: press Install Solver or set one")))
+            (preferences.solver_python() is not None, "No solver Python: set one in the preferences")))
 
     def start(self, context):
         return Job("check solver", solver_environment.check_command(preferences.solver_python()))
