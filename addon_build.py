@@ -94,11 +94,6 @@ def wheel_pins(requirements_text, platform):
     return pins
 
 
-def wheel_platform_tags(filename):
-    """'scipy-1.17.1-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl' -> the platform tags."""
-    return filename[:-len(".whl")].split("-")[-1].split(".")
-
-
 def _cached_wheel(cache, name, version):
     if os.path.isdir(cache):
         for filename in sorted(os.listdir(cache)):
