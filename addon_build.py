@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 import zipfile
 
@@ -112,16 +114,26 @@ def platform_wheels(requirements_text, platform, cache_root, log=print, pip_pyth
     missing = [(name, version) for name, version in pins if _cached_wheel(cache, name, version) is None]
     if missing:
         os.makedirs(cache, exist_ok=True)
-        command = [pip_python, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
-                   "--python-version", PYTHON_VERSION, "--implementation", "cp", "--abi", ABI, "--dest", cache]
-        for tag in platform.wheel_tags:
-            command += ["--platform", tag]
-        command += [f"{name}=={version}" for name, version in missing]
-        log("    $ " + " ".join(command))
-        if subprocess.run(command).returncode != 0:
-            raise BuildError(f"pip could not download the {platform.name} wheels "
-                             f"({', '.join(f'{n}=={v}' for n, v in missing)}); see pip's output above. "
-                             f"The first build needs the package registry; later ones use {cache}")
+        # Downloaded beside the cache, then moved in whole: a build running at the same time
+        # (two test workers) never takes a half-written wheel for a cached one.
+        download = tempfile.mkdtemp(prefix=".download-", dir=cache)
+        try:
+            command = [pip_python, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
+                       "--python-version", PYTHON_VERSION, "--implementation", "cp", "--abi", ABI,
+                       "--dest", download]
+            for tag in platform.wheel_tags:
+                command += ["--platform", tag]
+            command += [f"{name}=={version}" for name, version in missing]
+            log("    $ " + " ".join(command))
+            if subprocess.run(command).returncode != 0:
+                raise BuildError(f"pip could not download the {platform.name} wheels "
+                                 f"({', '.join(f'{n}=={v}' for n, v in missing)}); see pip's output above. "
+                                 f"The first build needs the package registry; later ones use {cache}")
+            for filename in os.listdir(download):
+                if filename.endswith(".whl"):
+                    os.replace(os.path.join(download, filename), os.path.join(cache, filename))
+        finally:
+            shutil.rmtree(download, ignore_errors=True)
     wheels = []
     for name, version in pins:
         path = _cached_wheel(cache, name, version)
