@@ -4,7 +4,7 @@
     python3 build.py setup [--no-bpy]      system libraries + .venv + pinned packages
     python3 build.py test [pytest args]    setup, then pytest (default: tests/)
     python3 build.py demo [--out DIR]      setup, then the demo head through the solver and the add-on
-    python3 build.py addon                 the Blender add-on zips (extension + legacy) in dist/
+    python3 build.py addon                 the Blender extension zips, one per platform, in dist/
 
 Standard library only: this runs with the system python3 before any venv exists.
 Every command runs from the project root (the folder holding this file),
@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 VENV = os.path.join(ROOT, ".venv")
@@ -328,11 +327,8 @@ def command_demo(args, extra):
 
 ADDON_DIR = os.path.join(ROOT, "blender_addon")
 DIST = os.path.join(ROOT, "dist")
-# Inside the zip the solver's source sits under this folder; the add-on puts it on the
-# solver child's PYTHONPATH (blender_addon/solver_environment.py says why).
-ADDON_SOLVER_BUNDLE = "solver_bundle"
-SKIPPED_IN_ZIPS = ("__pycache__",)
-SKIPPED_SUFFIXES = (".pyc", ".pyo", ".nbi", ".nbc", ".tmp")
+# Downloaded wheels, one folder per platform: a rebuild with the same pins needs no network.
+WHEEL_CACHE = os.path.join(DIST, "wheel-cache")
 
 
 def addon_version():
@@ -343,36 +339,23 @@ def addon_version():
     return match.group(1)
 
 
-def zip_tree(archive, folder, prefix):
-    for directory, subdirectories, files in os.walk(folder):
-        subdirectories[:] = sorted(d for d in subdirectories if d not in SKIPPED_IN_ZIPS)
-        for name in sorted(files):
-            if name.endswith(SKIPPED_SUFFIXES):
-                continue
-            path = os.path.join(directory, name)
-            archive.write(path, prefix + os.path.relpath(path, folder).replace(os.sep, "/"))
-
-
-def write_addon_zip(path, prefix):
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        zip_tree(archive, ADDON_DIR, prefix)
-        zip_tree(archive, os.path.join(ROOT, "solver"), prefix + ADDON_SOLVER_BUNDLE + "/solver/")
-        archive.write(REQUIREMENTS, prefix + ADDON_SOLVER_BUNDLE + "/requirements.txt")
-
-
 def command_addon(args, extra):
-    """Extension zip (manifest at the root, for Install from Disk) and legacy zip (one folder)."""
+    """One extension zip per platform, each with its wheels (addon_build.py says which and why)."""
+    check_python_version()      # addon_build reads TOML with tomllib (3.11+)
+    import addon_build
     version = addon_version()
     dist = os.path.abspath(args.dist)
-    os.makedirs(dist, exist_ok=True)
-    extension = os.path.join(dist, "face_physics-%s.zip" % version)
-    legacy = os.path.join(dist, "face_physics-%s-legacy.zip" % version)
-    step("building %s" % extension)
-    write_addon_zip(extension, "")
-    step("building %s" % legacy)
-    write_addon_zip(legacy, "face_physics/")
-    step("add-on built: install %s with Blender 4.2+ (Get Extensions > Install from Disk), or %s as a "
-         "legacy add-on" % (os.path.basename(extension), os.path.basename(legacy)))
+    step("building the Face Physics %s extension zips in %s (wheels cached in %s)"
+         % (version, dist, args.wheel_cache))
+    try:
+        # The project's venv has pip for certain; a bare system python3 may not.
+        pip_python = venv_python() if os.path.exists(venv_python()) else sys.executable
+        paths = addon_build.build_extension_zips(ROOT, dist, version, os.path.abspath(args.wheel_cache),
+                                                 log=lambda line: print(line, flush=True), pip_python=pip_python)
+    except (addon_build.BuildError, OSError) as error:
+        fail(str(error))
+    step("add-on built: in Blender 4.2+ install the zip for your platform (Edit > Preferences > "
+         "Get Extensions > Install from Disk): " + ", ".join(os.path.basename(p) for p in paths))
     return 0
 
 
@@ -422,11 +405,15 @@ def make_parser():
 
     p = commands.add_parser(
         "addon", allow_abbrev=False,
-        help="build the Blender add-on zips into dist/",
-        description="Zip blender_addon/ with a copy of solver/ and requirements.txt: "
-                    "dist/face_physics-VERSION.zip (a Blender 4.2+ extension) and "
-                    "dist/face_physics-VERSION-legacy.zip (a legacy add-on). No set-up needed.")
+        help="build the Blender extension zips (one per platform) into dist/",
+        description="Zip blender_addon/ with a copy of solver/, requirements.txt and, per platform "
+                    "(linux-x64, windows-x64, macos-arm64, macos-x64), the wheels of the solver's "
+                    "portable packages: dist/face_physics-VERSION-<platform>.zip, each a Blender 4.2+ "
+                    "extension. The first build downloads the wheels with pip (needs the package "
+                    "registry); later builds reuse the wheel cache. No set-up needed.")
     p.add_argument("--dist", default=DIST, help="output folder (default: dist/ in the project root)")
+    p.add_argument("--wheel-cache", default=WHEEL_CACHE,
+                   help="downloaded wheels, one folder per platform (default: dist/wheel-cache)")
     p.set_defaults(function=command_addon)
 
     return parser

@@ -29,7 +29,7 @@ import bpy
 import numpy as np
 from mathutils import Vector
 
-from . import demo_pictures, muscle_overlay, solver_environment
+from . import demo_pictures, muscle_overlay, preferences
 from .demo_pictures import RenderQuality
 
 SMILE_KEYS = ("mouthSmile_L", "mouthSmile_R")
@@ -110,7 +110,7 @@ def _activate(context, obj) -> None:
 def write_demo_rig(solver_python: str, path: Path) -> Path:
     """The solver's built-in demo head, written by the solver's own command line."""
     made = subprocess.run([solver_python, "-m", "solver", "demo-rig", "-o", str(path)], capture_output=True,
-                          text=True, env=solver_environment.solver_environment())
+                          text=True, env=preferences.solver_child_environment())
     if made.returncode != 0:
         raise DemoError(f"`python -m solver demo-rig` failed: {made.stderr.strip() or made.stdout.strip()}")
     return path

@@ -39,7 +39,8 @@ def solver_poll(cls, context) -> bool:
         cls.poll_message_set("A Face Physics job is running")
         return False
     if preferences.solver_python() is None:
-        cls.poll_message_set(solver_environment.missing_solver_message(preferences.preferred_python()))
+        cls.poll_message_set(solver_environment.missing_solver_message(preferences.preferred_python(),
+                                                                       preferences.is_extension()))
         return False
     return True
 

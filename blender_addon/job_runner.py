@@ -13,7 +13,7 @@ from typing import Callable, List, Optional
 
 import bpy
 
-from . import job_files, solver_environment
+from . import job_files, preferences
 from .solver_process import SolverProcess
 
 POLL_SECONDS = 0.1
@@ -61,7 +61,7 @@ class Job:
         self.frames_shown = 0                      # frames the viewport was last told about (workflow.follow_bake)
         self.outcome: Optional[str] = None         # 'FINISHED' | 'CANCELLED' | 'FAILED'
         self.started = time.monotonic()
-        self.process = SolverProcess(command, env=solver_environment.solver_environment())
+        self.process = SolverProcess(command, env=preferences.solver_child_environment())
         _current = self
         self._publish()
 

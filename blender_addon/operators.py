@@ -112,6 +112,7 @@ class FACE_PHYSICS_OT_install_solver(SolverJobOperator, bpy.types.Operator):
     def poll(cls, context):
         return first_refusal(cls, (
             (current_job() is None, "A Face Physics job is running"),
+            (not preferences.is_extension(), "The extension brings the solver's packages: reinstall its zip"),
             (getattr(bpy.app, "online_access", True),
              "Blender works offline: allow Online Access (Preferences › System) to download the solver's packages")))
 
@@ -133,7 +134,7 @@ class FACE_PHYSICS_OT_check_solver(SolverJobOperator, bpy.types.Operator):
     def poll(cls, context):
         return first_refusal(cls, (
             (current_job() is None, "A Face Physics job is running"),
-            (preferences.solver_python() is not None, "No solver Python yet: press Install Solver or set one")))
+            (preferences.solver_python() is not None, "No solver Python: set one in the preferences")))
 
     def start(self, context):
         return Job("check solver", solver_environment.check_command(preferences.solver_python()))

@@ -1,5 +1,7 @@
-"""Add-on preferences: the solver Python, and the Install solver button's target folder."""
+"""Add-on preferences: the solver Python (by default Blender's own, with the extension's wheels),
+and the Install solver button's target folder for an install without bundled wheels."""
 
+import sys
 from pathlib import Path
 
 import bpy
@@ -37,9 +39,35 @@ def preferred_python() -> str:
     return bpy.path.abspath(preferences.solver_python) if preferences and preferences.solver_python else ""
 
 
+def is_extension() -> bool:
+    return ADDON_PACKAGE.startswith("bl_ext.")
+
+
+def extension_wheel_dirs():
+    """The folders Blender unpacks extension wheels into (user, and system on 4.3+) that exist."""
+    folders = []
+    for kind in ("user_resource", "system_resource"):
+        try:
+            extensions = getattr(bpy.utils, kind)('EXTENSIONS')
+        except (TypeError, ValueError):      # no such resource in this Blender
+            continue
+        if extensions:
+            folder = solver_environment.wheels_site_packages(extensions)
+            if folder.is_dir() and folder not in folders:
+                folders.append(folder)
+    return folders
+
+
 def solver_python():
-    """Path of the solver Python, or None (the panels then show the install message)."""
-    return solver_environment.resolve_solver_python(preferred_python(), solver_venv_dir())
+    """Path of the solver Python, or None (the panels then show the missing-solver message)."""
+    return solver_environment.resolve_solver_python(preferred_python(), solver_venv_dir(), extension_wheel_dirs())
+
+
+def solver_child_environment():
+    """The solver child's environment. The extension's wheels go on its path only when it is
+    Blender's own Python: a Python named in the preferences keeps its own packages."""
+    own = solver_python() == Path(sys.executable)
+    return solver_environment.solver_environment(wheel_dirs=extension_wheel_dirs() if own else ())
 
 
 def draw_solver_status(layout, context, always=False) -> bool:
@@ -51,10 +79,11 @@ def draw_solver_status(layout, context, always=False) -> bool:
     box = layout.box()
     box.alert = True
     column = box.column(align=True)
-    message = solver_environment.missing_solver_message(preferred_python())
+    message = solver_environment.missing_solver_message(preferred_python(), is_extension())
     for line in wrap(message, 48):
         column.label(text=line)
-    box.operator("face_physics.install_solver", icon='IMPORT')
+    if not is_extension():               # the extension's packages come in its zip, never downloaded
+        box.operator("face_physics.install_solver", icon='IMPORT')
     return True
 
 
@@ -63,8 +92,9 @@ class FACE_PHYSICS_AP_preferences(bpy.types.AddonPreferences):
 
     solver_python: StringProperty(
         name="Solver Python", subtype='FILE_PATH',
-        description="An existing Python with the solver's packages (e.g. a checkout's .venv/bin/python). "
-                    "Empty = the one Install solver creates in the add-on's user folder")
+        description="An existing Python with the solver's packages (e.g. a Linux checkout's .venv/bin/python, "
+                    "with scikit-sparse and IPOPT). Empty = Blender's own Python with the extension's "
+                    "bundled packages")
 
     def draw(self, context):
         layout = self.layout
@@ -72,7 +102,8 @@ class FACE_PHYSICS_AP_preferences(bpy.types.AddonPreferences):
         draw_solver_status(layout, context, always=True)
         row = layout.row()
         row.operator("face_physics.check_solver", icon='VIEWZOOM')
-        row.operator("face_physics.install_solver", text="Install / Repair Solver", icon='IMPORT')
+        if not is_extension():
+            row.operator("face_physics.install_solver", text="Install / Repair Solver", icon='IMPORT')
         lines = solver_environment.check_summary(LAST_CHECK)
         if lines:
             box = layout.box()

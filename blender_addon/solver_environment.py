@@ -1,26 +1,31 @@
 """Where the solver lives and which Python runs it (no bpy).
 
-The solver needs numpy, scipy, numba, CHOLMOD and IPOPT, which Blender's Python does not
-have and should not get (they would clash with other add-ons and Blender's own numpy). So
-the solver always runs in a separate Python — "the solver Python":
+The solver is a child process ("the solver Python"), so a crash in native code never takes
+Blender down. Which Python, in this order:
 
-- the Python the user names in the preferences (e.g. the project's `.venv/bin/python`), or
+- the Python the user names in the preferences (e.g. the Linux `.venv/bin/python` of
+  `python3 build.py setup`, with scikit-sparse and IPOPT: the fast path);
+- Blender's own Python (`sys.executable`; in the bpy module, the interpreter that imported bpy)
+  when the solver's portable packages are found on it: numpy from Blender itself, scipy, numba,
+  llvmlite and cholespy from the wheels the extension zip carries, which Blender unpacked into
+  its extensions `.local/lib/pythonX.Y/site-packages` at install (the child gets that folder on
+  PYTHONPATH). No venv, no compiler, no network;
 - the virtual environment the "Install solver" button creates in the add-on's user data
-  folder (`solver-venv/`).
+  folder (`solver-venv/`): only for an install without bundled wheels (a source checkout).
 
 The solver's *source* travels with the add-on: `build.py addon` copies `solver/` and
 `requirements.txt` into the zip under `solver_bundle/`, and the child process gets that
-folder on PYTHONPATH. So the add-on and the solver it drives are always the same version,
-and the venv holds only third-party packages (nothing to re-install when the add-on is
-updated unless requirements.txt changed). Run from a source checkout, the add-on uses the
-checkout's own `solver/` (the folder above `blender_addon/`).
+folder on PYTHONPATH. So the add-on and the solver it drives are always the same version, and
+no Python ever needs the solver itself installed. Run from a source checkout, the add-on uses
+the checkout's own `solver/` (the folder above `blender_addon/`).
 """
 from __future__ import annotations
 
 import os
 import sys
+from importlib.machinery import PathFinder
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 ADDON_DIR = Path(__file__).resolve().parent
 BUNDLE_DIR_NAME = "solver_bundle"
@@ -47,39 +52,65 @@ def venv_python(venv_dir) -> Path:
     return venv_dir / "Scripts" / "python.exe" if os.name == "nt" else venv_dir / "bin" / "python"
 
 
-def resolve_solver_python(preferred: str, venv_dir) -> Optional[Path]:
-    """The solver Python to use: the preference if it names an existing file, else the
-    installed venv's, else None (then the add-on shows the install message)."""
+# What the solver imports at its start, each a top-level package (numpy comes from Blender).
+PORTABLE_MODULES = ("numpy", "scipy", "numba", "llvmlite", "cholespy")
+
+
+def portable_packages_found(wheel_dirs: Sequence = ()) -> bool:
+    """Whether this Python, with `wheel_dirs` in front, has every package of the portable set.
+    Looked up only (PathFinder, nothing imported: the add-on never loads numba or scipy)."""
+    search = [str(path) for path in wheel_dirs] + sys.path
+    return all(PathFinder.find_spec(name, search) is not None for name in PORTABLE_MODULES)
+
+
+def resolve_solver_python(preferred: str, venv_dir, wheel_dirs: Sequence = ()) -> Optional[Path]:
+    """The solver Python to use: the preference if it names an existing file; else this Python
+    (Blender's own) when it has the portable packages, with the extension's wheels; else the
+    Install solver venv's; else None (then the add-on shows the missing-solver message)."""
     if preferred:
         path = Path(os.path.expanduser(preferred))
         return path if path.is_file() else None
+    if portable_packages_found(wheel_dirs):
+        return Path(sys.executable)
     installed = venv_python(venv_dir) if venv_dir else None
     if installed and installed.is_file() and (Path(venv_dir) / INSTALLED_STAMP).is_file():
         return installed
     return None
 
 
-def missing_solver_message(preferred: str) -> str:
+def missing_solver_message(preferred: str, extension: bool = False) -> str:
     if preferred:
         return (f"The solver Python in the Face Physics preferences does not exist: {preferred}. "
-                f"Fix the path, or clear it and press Install solver.")
+                f"Fix the path, or clear it to use Blender's own Python with the bundled packages.")
+    if extension:
+        return ("The solver's packages (scipy, numba, cholespy) did not install with the extension. "
+                "Install the Face Physics zip made for this platform again, or set a solver Python "
+                "in the add-on preferences.")
     return ("Face Physics needs its solver (numpy, scipy, numba, CHOLMOD) in a Python of its own. "
             "Press Install solver, or set an existing solver Python in the add-on preferences.")
 
 
-def solver_environment(base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """Environment for the solver child: the solver source first on PYTHONPATH, and none of
-    Blender's own Python settings leaking into the other interpreter."""
+def solver_environment(base: Optional[Dict[str, str]] = None, wheel_dirs: Sequence = ()) -> Dict[str, str]:
+    """Environment for the solver child: the solver source first on PYTHONPATH, then the
+    extension's unpacked wheels (Blender puts them on its own sys.path, a child does not inherit
+    that), and none of Blender's own Python settings leaking into the other interpreter."""
     env = dict(os.environ if base is None else base)
     for variable in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONNOUSERSITE"):
         env.pop(variable, None)
     source = solver_source_dir()
-    paths = [str(source)] if source else []
+    paths = ([str(source)] if source else []) + [str(path) for path in wheel_dirs]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def wheels_site_packages(extensions_dir) -> Path:
+    """Where Blender unpacks the wheels of the extensions under `extensions_dir` (the layout of
+    `~/.local`, as addon_utils does it)."""
+    return (Path(extensions_dir) / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+            / "site-packages")
 
 
 def check_command(python) -> List[str]:

@@ -41,7 +41,8 @@ def check_environment() -> dict:
     packages.update({name: _package(name, module) for name, module in CHOLESKY})
     packages.update({name: _package(name, module) for name, module, _ in OPTIONAL})
     problems = [f"{name} does not load ({packages[name]['error'] or 'not installed'}); {needed} needs it. "
-                f"Fix: press Install solver (Repair), or install {name} into this Python"
+                f"Fix: install the Face Physics zip made for this platform again (its wheels bring {name}), "
+                f"or install {name} into this Python"
                 for name, _, needed in REQUIRED if not packages[name]["imports"]]
     cholesky = cholesky_version = None
     try:

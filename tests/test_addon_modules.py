@@ -198,6 +198,26 @@ def test_solver_environment_puts_the_solver_source_on_the_path():
     assert solver_environment.resolve_solver_python(sys.executable, None) == Path(sys.executable)
 
 
+def test_without_a_preference_the_solver_runs_on_this_python_when_it_has_the_portable_packages(tmp_path):
+    """Blender's own Python with the extension's unpacked wheels is the default solver Python;
+    the wheels folder goes on the child's path after the solver source."""
+    assert solver_environment.portable_packages_found()          # this venv has them all
+    assert solver_environment.resolve_solver_python("", tmp_path / "no-venv") == Path(sys.executable)
+    wheels = solver_environment.wheels_site_packages(tmp_path / "extensions")
+    assert wheels.parts[-5:] == ("extensions", ".local", "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+    env = solver_environment.solver_environment({"PYTHONPATH": "/elsewhere"}, wheel_dirs=[wheels])
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), str(wheels), "/elsewhere"]
+    probe = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        sys.path[:] = [p for p in sys.path if "site-packages" not in p]
+        sys.path.insert(0, sys.argv[1])
+        sys.path.insert(0, sys.argv[2])
+        from blender_addon import solver_environment
+        print(solver_environment.portable_packages_found(), solver_environment.resolve_solver_python("", None))
+    """), str(ROOT), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert probe.stdout.split() == ["False", "None"], probe.stderr     # no packages, no venv: the message
+
+
 def test_the_addon_never_imports_numba_or_scipy():
     code = textwrap.dedent("""
         import sys, bpy, addon_utils
