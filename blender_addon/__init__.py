@@ -23,6 +23,21 @@ def _stop_job_before_load(*_):
     job_runner.stop_current_job()
 
 
+def _list_takes_after_load(*_):
+    """The opened file's takes, read from disk: a take whose bake was cut off (Blender quit or
+    crashed mid-bake) is listed as cancelled and resumable (takes.refresh)."""
+    import bpy
+    from . import takes
+    if not bpy.data.filepath:
+        return
+    for obj in bpy.data.objects:
+        if obj.type == 'MESH' and obj.face_physics.model_path:
+            try:
+                takes.refresh(obj)
+            except OSError:         # an unreadable takes folder must not stop the file from opening
+                continue
+
+
 def _stop_job_at_exit():
     from . import job_runner
     try:
@@ -42,6 +57,7 @@ def register():
         _registered.append(cls)
     # Opening another file or quitting stops the running job and reaps its process group.
     bpy.app.handlers.load_pre.append(bpy.app.handlers.persistent(_stop_job_before_load))
+    bpy.app.handlers.load_post.append(bpy.app.handlers.persistent(_list_takes_after_load))
     atexit.register(_stop_job_at_exit)
 
 
@@ -53,6 +69,8 @@ def unregister():
     job_runner.stop_current_job()
     if _stop_job_before_load in bpy.app.handlers.load_pre:
         bpy.app.handlers.load_pre.remove(_stop_job_before_load)
+    if _list_takes_after_load in bpy.app.handlers.load_post:
+        bpy.app.handlers.load_post.remove(_list_takes_after_load)
     atexit.unregister(_stop_job_at_exit)
     while _registered:
         bpy.utils.unregister_class(_registered.pop())

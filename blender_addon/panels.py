@@ -336,6 +336,8 @@ def _draw_takes(layout, settings) -> None:
         item = settings.takes[settings.take_index]
         box = layout.box()
         box.label(text=f"{item.status} · {item.target} · {item.created.replace('T', ' ')[:16]}")
+        if item.settings:
+            box.label(text=item.settings)
         if item.seconds_per_frame:
             box.label(text=f"{item.seconds_per_frame:.2f} s per frame" + (f" · from {item.action}" if item.action
                                                                           else ""))

@@ -68,7 +68,7 @@ class FACE_PHYSICS_PG_take(bpy.types.PropertyGroup):
     warnings: StringProperty(description="The solver's warnings, one per line")
     action: StringProperty(description="The shape-key action the take was baked from")
     resumable: BoolProperty()
-    new_name: StringProperty(name="Name", description="Rename the take (its folder) to this")
+    settings: StringProperty(description="What the take was simulated with")
 
 
 class FACE_PHYSICS_PG_action_choice(bpy.types.PropertyGroup):

@@ -82,6 +82,20 @@ class Take:
         write_text_atomically(self.folder / TAKE_FILE, json.dumps(record, indent=2))
 
 
+def settings_summary(settings: dict) -> str:
+    """One line of what a take was simulated with, for the Takes list."""
+    parts = ["dynamic" + (f", {settings.get('substeps', 1)} substeps" if settings.get("substeps", 1) > 1 else "")
+             if settings.get("dynamic") else "quasi-static"]
+    if settings.get("collisions"):
+        parts.append("+".join(settings["collisions"]) + " contact")
+    parts += [name for name, on in (("gravity", settings.get("gravity")), ("wind", settings.get("wind")),
+                                    ("no detail", settings.get("detail") is False),
+                                    ("no skin filter", settings.get("skin_filter") is False)) if on]
+    if settings.get("fat_scale", 1.0) != 1.0:
+        parts.append(f"fat ×{settings['fat_scale']:g}")
+    return " · ".join(parts)
+
+
 def write_text_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(temporary, "w", encoding="utf-8") as stream:

@@ -12,7 +12,7 @@ from . import bake, job_runner, storage
 from .pc2_cache import map_pc2_frames
 from .stepwise import drain
 from .take_folders import (Take, TakeError, delete_take, find_take, list_takes, rename_take,
-                           saved_frames)
+                           saved_frames, settings_summary)
 
 
 def folder_of(obj):
@@ -37,7 +37,8 @@ def refresh(obj, select: str = "") -> None:
         item.frames, item.frames_done = take.frames, take.frames_done
         item.first_frame, item.last_frame = take.first_frame, take.last_frame
         item.seconds_per_frame, item.warnings = take.seconds_per_frame, "\n".join(take.warnings)
-        item.action, item.resumable, item.new_name = take.action, take.resumable, take.name
+        item.action, item.resumable = take.action, take.resumable
+        item.settings = settings_summary(take.settings)
     names = [item.name for item in settings.takes]
     wanted = selected if selected in names else settings.shown_take
     settings.take_index = names.index(wanted) if wanted in names else max(len(names) - 1, 0)

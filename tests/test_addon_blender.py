@@ -381,6 +381,12 @@ def test_a_cancelled_bake_keeps_its_frames_and_resumes_to_the_uninterrupted_take
         assert settings.shown_take == stopped.name and obj.modifiers[0].name == storage.CACHE_MODIFIER_NAME
         np.testing.assert_allclose(_evaluated_metres(obj, 2), whole[1], atol=1e-5)   # a kept frame, shown
         assert _user_data(obj) == scene["user_data"]
+        # Blender quit mid-bake: the take still says running. Opening the file lists it as cancelled.
+        stopped.status = "running"
+        stopped.save()
+        import blender_addon
+        blender_addon._list_takes_after_load()          # the add-on's load_post handler
+        assert takes.selected_take(obj).status == "cancelled" and takes.selected_take(obj).resumable
 
         assert bpy.ops.face_physics.resume_take() == {'FINISHED'}
         resumed = _shown_take_positions(obj)
