@@ -184,6 +184,7 @@ def write_bake_job_steps(operator, context, obj, plan: Optional[BakePlan] = None
     storage.cache_path(obj)
     if report_findings(operator, bake_preflight(context, obj, plan)):
         return None
+    yield 0.0, "checked the model, fit and colliders"
     # The previous bake comes off the object first (it stays in its take, to Show again): on a
     # face carrying a few hundred baked keys every frame_set of the sampling costs 5× more.
     yield from bake.remove_previous_bake_steps(obj)
@@ -254,6 +255,7 @@ def start_bake_job_steps(operator, context, obj, action=None, plan: Optional[Bak
                     action="" if action is None else action.name)
     take = take_folders.new_take(storage.takes_folder(obj), template)
     try:
+        yield 0.0, f"new take {take.name}"
         with _playing_action(obj, action):
             job_dir = yield from write_bake_job_steps(operator, context, obj, plan, job_dir=take.folder)
     except BaseException:

@@ -228,6 +228,43 @@ def test_the_python_api_bakes_and_manages_takes_without_an_active_object(scene):
     assert _user_data(obj) == scene["user_data"]
 
 
+def test_esc_while_a_bake_prepares_abandons_it_and_keeps_nothing(scene):
+    """The modal Bake's own tick (job_operator.SolverJobOperator.step, what a TIMER event runs):
+    a bake sampling the scene a frame a tick, abandoned by Esc, starts no solver, leaves no take
+    and gives the scene its frame back."""
+    from blender_addon import bake_operators, storage
+    from blender_addon.take_folders import list_takes
+    obj = scene["object"]
+    _bake_range(obj, 1, 2000)         # ~1 ms a frame to sample: many ticks
+    reports = []
+
+    class TickedBake(bake_operators._BakeJobOperator):
+        start = bake_operators.FACE_PHYSICS_OT_bake.start
+
+        def report(self, kinds, message):
+            reports.append(message)
+
+    bpy.context.scene.frame_set(7)
+    before = [take.name for take in list_takes(storage.takes_folder(obj))]
+    operator = TickedBake()
+    try:
+        assert operator._begin(bpy.context, operator.start)
+        assert operator.step(bpy.context) is None and operator.step(bpy.context) is None
+        assert operator._job is None and current_job_is_none()       # still sampling: no solver yet
+        assert 0.0 < operator._stepper.fraction < 0.5 and "sampling frame" in operator._stepper.message
+        assert operator.step(bpy.context, escape=True) == {'CANCELLED'}
+    finally:
+        obj.face_physics.use_scene_range = True
+    assert [take.name for take in list_takes(storage.takes_folder(obj))] == before
+    assert bpy.context.scene.frame_current == 7 and "cancelled before the solver started" in reports[-1]
+    assert _user_data(obj) == scene["user_data"]
+
+
+def current_job_is_none() -> bool:
+    from blender_addon.job_runner import current_job
+    return current_job() is None
+
+
 def test_job_operators_never_run_from_redo_or_repeat_last(addon):
     """F9 and Shift+R call execute(), which waits for the solver: the job operators are not
     REGISTER operators, so Blender never offers them there."""
