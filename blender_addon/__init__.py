@@ -38,6 +38,16 @@ def _list_takes_after_load(*_):
                 continue
 
 
+def _follow_renamed_map_groups(scene, depsgraph):
+    """A vertex group renamed in the UI: the maps that named it follow it (map_groups.py)."""
+    from . import map_groups
+    for update in depsgraph.updates:
+        obj = update.id.original if hasattr(update.id, "original") else update.id
+        if getattr(obj, "type", None) == 'MESH' and getattr(obj, "face_physics", None) is not None and \
+                obj.face_physics.map_group_record:
+            map_groups.resolve(obj)
+
+
 def _stop_job_at_exit():
     from . import job_runner
     try:
@@ -58,6 +68,7 @@ def register():
     # Opening another file or quitting stops the running job and reaps its process group.
     bpy.app.handlers.load_pre.append(bpy.app.handlers.persistent(_stop_job_before_load))
     bpy.app.handlers.load_post.append(bpy.app.handlers.persistent(_list_takes_after_load))
+    bpy.app.handlers.depsgraph_update_post.append(bpy.app.handlers.persistent(_follow_renamed_map_groups))
     atexit.register(_stop_job_at_exit)
 
 
@@ -71,6 +82,8 @@ def unregister():
         bpy.app.handlers.load_pre.remove(_stop_job_before_load)
     if _list_takes_after_load in bpy.app.handlers.load_post:
         bpy.app.handlers.load_post.remove(_list_takes_after_load)
+    if _follow_renamed_map_groups in bpy.app.handlers.depsgraph_update_post:
+        bpy.app.handlers.depsgraph_update_post.remove(_follow_renamed_map_groups)
     atexit.unregister(_stop_job_at_exit)
     while _registered:
         bpy.utils.unregister_class(_registered.pop())

@@ -15,6 +15,14 @@ def _is_mesh(self, obj):
     return obj.type == 'MESH'
 
 
+def _record_map_groups(settings, context):
+    """A map was chosen: remember the object's groups, so a later rename is followed (map_groups.py)."""
+    from . import map_groups
+    obj = settings.id_data
+    if getattr(obj, "type", None) == 'MESH':
+        map_groups.resolve(obj)
+
+
 class FACE_PHYSICS_PG_muscle(bpy.types.PropertyGroup):
     # `name` (built in) is the atlas muscle name, e.g. zygomaticus_major_L.
     contraction: FloatProperty(
@@ -110,9 +118,11 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     # Muscles
     muscles: CollectionProperty(type=FACE_PHYSICS_PG_muscle)
     muscle_index: IntProperty()
-    paralysis_group: StringProperty(name="Paralysis map", description="Vertex group: 1 = fully paralysed")
+    paralysis_group: StringProperty(name="Paralysis map", description="Vertex group: 1 = fully paralysed",
+                                    update=_record_map_groups)
     # Fat
-    fat_group: StringProperty(name="Fat map", description="Vertex group: where fat grows (1) or stays (0)")
+    fat_group: StringProperty(name="Fat map", description="Vertex group: where fat grows (1) or stays (0)",
+                              update=_record_map_groups)
     fat_scale: FloatProperty(name="Slim ↔ Fat", default=default("fat_scale"), min=limits("fat_scale")[0],
                              max=limits("fat_scale")[1],
                              description="Local growth where the fat map is 1 (1 = unchanged)")
@@ -133,10 +143,12 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
                                                    "step = t spreads a painted point by about √(2t) (the defaults: "
                                                    "7.7 mm)")
     # Stiffness & mass
-    stiffness_group: StringProperty(name="Stiffness map")
+    stiffness_group: StringProperty(name="Stiffness map", update=_record_map_groups)
     stiffness_range: FloatVectorProperty(name="Stiffness ×", size=2, default=(1.0, 1.0),
                                          min=MULTIPLIER_LOW, max=MULTIPLIER_HIGH, description="Multiplier where the map is 0 and where it is 1")
-    density_group: StringProperty(name="Density map")
+    density_group: StringProperty(name="Density map", update=_record_map_groups)
+    # The object's vertex group names by index when the maps were last resolved (map_groups.py).
+    map_group_record: StringProperty(options={'HIDDEN'})
     density_range: FloatVectorProperty(name="Density ×", size=2, default=(1.0, 1.0),
                                        min=MULTIPLIER_LOW, max=MULTIPLIER_HIGH, description="Multiplier where the map is 0 and where it is 1")
     # Collisions

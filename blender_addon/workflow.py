@@ -11,7 +11,8 @@ from typing import List, Optional
 import bpy
 import numpy as np
 
-from . import bake, job_files, preflight, preferences, scene_export, solver_environment, storage, take_folders, takes
+from . import (bake, job_files, map_groups, preflight, preferences, scene_export, solver_environment, storage,
+               take_folders, takes)
 from .job_runner import Job
 from .preflight import ERROR, Finding
 from .stepwise import drain
@@ -149,7 +150,7 @@ def bake_preflight(context, obj, plan: Optional["BakePlan"] = None) -> List[Find
                                            f"(Fit panel)"))
         elif job_files.read_fit_summary(fit_file(obj))["tets"] != settings.model_tets:
             findings.append(Finding(ERROR, "the fit belongs to another model; fit the shape keys again (Fit panel)"))
-    findings += scene_export.collider_preflight(obj)
+    findings += scene_export.collider_preflight(obj) + map_groups.findings(obj)
     return findings
 
 
@@ -338,7 +339,7 @@ def start_fat_preview_job(operator, context, obj):
     """Start one quasi-static frame of the neutral face with the painted maps and the Fat panel's
     settings (no animation, collisions, gravity or wind); the operator shows it on the preview
     object once the solver succeeded."""
-    if report_findings(operator, _model_preflight(context, obj)):
+    if report_findings(operator, _model_preflight(context, obj) + map_groups.findings(obj)):
         return None
     muscles = [muscle.name for muscle in obj.face_physics.muscles]
     neutral = {"muscle_contraction": np.ones((1, len(muscles))), "muscle_names": np.array(muscles, dtype=str),

@@ -265,6 +265,47 @@ def current_job_is_none() -> bool:
     return current_job() is None
 
 
+def test_a_renamed_map_group_still_bakes_its_map_and_a_deleted_one_is_an_error(scene):
+    """Maps follow their vertex group through a rename (map_groups.py): the bake after the
+    rename is the bake before it, to the bit, and the panel names the new group; a deleted group
+    stops the bake with the reason instead of baking without the map."""
+    from blender_addon import api
+    obj = scene["object"]
+    settings = obj.face_physics
+    rest = np.array([vertex.co for vertex in obj.data.vertices])
+    chin = np.flatnonzero(rest[:, 2] < np.percentile(rest[:, 2], 30))
+    group = obj.vertex_groups.new(name="firm chin")
+    for index in chin:
+        group.add([int(index)], 1.0, 'REPLACE')
+    before_range = tuple(settings.stiffness_range)
+    settings.stiffness_group, settings.stiffness_range = "firm chin", (1.0, 4.0)
+    _animate_muscles(obj)
+    try:
+        painted = _shown_take_positions_of(obj, api.bake(obj, first=1, last=3, target='PC2'))
+        group.name = "firm chin, renamed"
+        bpy.context.view_layer.update()                  # the depsgraph handler follows the rename
+        assert settings.stiffness_group == "firm chin, renamed"
+        renamed = _shown_take_positions_of(obj, api.bake(obj, first=1, last=3, target='PC2'))
+        np.testing.assert_array_equal(renamed, painted)
+        settings.stiffness_group = ""
+        plain = _shown_take_positions_of(obj, api.bake(obj, first=1, last=3, target='PC2'))
+        assert np.abs(plain - painted).max() > 1e-6, "the stiffness map should change the bake"
+        settings.stiffness_group = "firm chin, renamed"
+        obj.vertex_groups.remove(group)
+        with pytest.raises(api.FacePhysicsError, match="stiffness map's vertex group 'firm chin, renamed' is gone"):
+            api.bake(obj, first=1, last=3, target='PC2')
+    finally:
+        settings.stiffness_group, settings.stiffness_range = "", before_range
+        if obj.vertex_groups.get("firm chin, renamed") is not None:
+            obj.vertex_groups.remove(obj.vertex_groups["firm chin, renamed"])
+    assert _user_data(obj) == scene["user_data"]      # the test's own group is gone again
+
+
+def _shown_take_positions_of(obj, take) -> np.ndarray:
+    with np.load(take.folder / "result.npz", allow_pickle=False) as result:
+        return result["skin_positions"]
+
+
 def test_job_operators_never_run_from_redo_or_repeat_last(addon):
     """F9 and Shift+R call execute(), which waits for the solver: the job operators are not
     REGISTER operators, so Blender never offers them there."""

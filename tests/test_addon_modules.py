@@ -250,3 +250,12 @@ def test_esc_cancels_a_young_job_at_once_and_an_old_one_only_when_pressed_again(
     assert not guard.press(old, now=300.0)                                     # armed again...
     assert not guard.press(old, now=300.0 + CONFIRM_WINDOW_S + 1)              # ...too late: re-armed
     assert guard.press(old, now=300.0 + CONFIRM_WINDOW_S + 2)
+
+
+def test_a_map_follows_its_renamed_group_and_not_a_deleted_one():
+    from blender_addon.map_groups import followed_name
+    assert followed_name("cheek", ["cheek", "chin"], ["cheek", "chin"]) == "cheek"
+    assert followed_name("cheek", ["cheek", "chin"], ["fat cheek", "chin"]) == "fat cheek"      # renamed
+    assert followed_name("cheek", ["cheek", "chin"], ["chin"]) == ""                            # deleted
+    assert followed_name("cheek", ["cheek", "chin"], ["chin", "jaw"]) == ""        # deleted, another added
+    assert followed_name("cheek", [], ["fat cheek"]) == ""                          # nothing recorded
