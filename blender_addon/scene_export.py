@@ -14,7 +14,7 @@ import numpy as np
 from . import head_motion, preflight
 from .storage import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
 from .preflight import ERROR, Finding
-from .stepwise import drain
+from .stepwise import END_TICK, drain
 
 SCALE_TOLERANCE = 1e-4
 
@@ -293,6 +293,7 @@ def sample_frames_steps(context, obj, first: int, last: int):
     collider_shapes = [[] for _ in colliders]
     collider_triangles: List[Optional[np.ndarray]] = [None for _ in colliders]
     topology_changes: List[Optional[int]] = [None for _ in colliders]
+    yield 0.0, f"sampling frames {first}–{last}", END_TICK
     try:
         for frame in range(first, last + 1):
             scene.frame_set(frame)

@@ -2,20 +2,23 @@
 Blender keeps drawing: sampling the scene before a bake, putting its frames on the object after.
 
 A step function is a generator that yields `(fraction, message)` after each small piece of work
-and returns its result (StopIteration.value). `drain` runs one to the end (background mode,
+and returns its result (StopIteration.value); a step that knows the next one is slow (the first
+`frame_set` of a range evaluates everything that changed) yields `(fraction, message, END_TICK)`
+to end the tick there. `drain` runs one to the end (background mode,
 scripts, the farm); `advance` runs one for about `budget_s` and says whether it finished.
 No bpy here.
 """
 from __future__ import annotations
 
 import time
-from typing import Generator, Tuple
+from typing import Generator
 
 # Work per timer tick: half the 50 ms a stall starts to show as a stutter, leaving the rest for
 # Blender's own redraw of the tick.
 TICK_BUDGET_S = 0.025
 
-Steps = Generator[Tuple[float, str], None, object]
+Steps = Generator[tuple, None, object]
+END_TICK = "end tick"
 
 
 def drain(steps: Steps):
@@ -41,12 +44,12 @@ class Stepper:
         started = last_step = time.perf_counter()
         while not self.done:
             try:
-                self.fraction, self.message = next(self.steps)
+                self.fraction, self.message, *flag = next(self.steps)
             except StopIteration as stop:
                 self.done, self.result = True, stop.value
                 break
             now = time.perf_counter()
-            if (now - started) + (now - last_step) >= budget_s:
+            if flag == [END_TICK] or (now - started) + (now - last_step) >= budget_s:
                 break
             last_step = now
         return self.done

@@ -259,3 +259,23 @@ def test_a_map_follows_its_renamed_group_and_not_a_deleted_one():
     assert followed_name("cheek", ["cheek", "chin"], ["chin"]) == ""                            # deleted
     assert followed_name("cheek", ["cheek", "chin"], ["chin", "jaw"]) == ""        # deleted, another added
     assert followed_name("cheek", [], ["fat cheek"]) == ""                          # nothing recorded
+
+
+def test_a_stepper_spreads_steps_over_ticks_and_ends_one_where_asked():
+    import time
+    from blender_addon.stepwise import END_TICK, Stepper, drain
+
+    def steps(seconds, flagged):
+        for index, pause in enumerate(seconds):
+            time.sleep(pause)
+            yield (index + 1) / len(seconds), f"step {index}", *([END_TICK] if index in flagged else [])
+        return "done"
+
+    stepper = Stepper(steps([0.001] * 10, flagged={2}))
+    assert not stepper.advance(budget_s=1.0) and stepper.message == "step 2"     # ended where asked
+    assert stepper.advance(budget_s=1.0) and stepper.result == "done" and stepper.fraction == 1.0
+    slow = Stepper(steps([0.02] * 10, flagged=set()))
+    started = time.perf_counter()
+    slow.advance(budget_s=0.05)                  # a third 20 ms step would overrun: two are taken
+    assert slow.message == "step 1" and time.perf_counter() - started < 0.06
+    assert drain(steps([0.0] * 3, flagged={0})) == "done"
