@@ -35,9 +35,9 @@ def register():
     import atexit
 
     import bpy
-    from . import operators, panels, preferences, properties
+    from . import operators, panels, preferences, preview_operators, properties
     properties.register()
-    for cls in preferences.CLASSES + operators.CLASSES + panels.CLASSES:
+    for cls in preferences.CLASSES + operators.CLASSES + preview_operators.CLASSES + panels.CLASSES:
         bpy.utils.register_class(cls)
         _registered.append(cls)
     # Opening another file or quitting stops the running job and reaps its process group.

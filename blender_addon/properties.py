@@ -5,7 +5,7 @@ import bpy
 from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, FloatVectorProperty,
                        IntProperty, PointerProperty, StringProperty)
 
-from . import solver_numbers
+from . import muscle_overlay, solver_numbers
 from .solver_numbers import default, limits
 
 MULTIPLIER_LOW, MULTIPLIER_HIGH = solver_numbers.PAINTED_MULTIPLIER_LIMITS
@@ -87,7 +87,7 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
                                            "using one core")
     # Muscles
     muscles: CollectionProperty(type=FACE_PHYSICS_PG_muscle)
-    muscle_index: IntProperty()
+    muscle_index: IntProperty(update=muscle_overlay.on_muscle_index_changed)
     paralysis_group: StringProperty(name="Paralysis map", description="Vertex group: 1 = fully paralysed")
     # Fat
     fat_group: StringProperty(name="Fat map", description="Vertex group: where fat grows (1) or stays (0)")
@@ -171,6 +171,8 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     previous_key_action: PointerProperty(type=bpy.types.Action, description="The shape keys' action before an "
                                                                              "action bake")
     baked_target: StringProperty(description="What the last bake made (for replacing it)")
+    # Previews: what the colour attribute shown last means (viewport_previews.py)
+    preview_legend: StringProperty(description="The colour scale of the preview shown on the skin")
 
 
 class FACE_PHYSICS_PG_job(bpy.types.PropertyGroup):

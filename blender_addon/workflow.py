@@ -10,7 +10,7 @@ from typing import List, Optional
 import bpy
 import numpy as np
 
-from . import bake, job_files, preflight, preferences, scene_export, solver_environment, storage
+from . import bake, job_files, preflight, preferences, scene_export, solver_environment, storage, timeline_markers
 from .job_runner import Job
 from .preflight import ERROR, Finding
 
@@ -295,4 +295,5 @@ def apply_bake(job) -> int:
         raise RuntimeError(f"the object {plan.object_name!r} the bake was started on is gone")
     positions = job_files.read_result_positions(job.job_dir)
     bake.apply_bake(obj, plan.target, positions, plan.first_frame, plan.metres_per_unit)
+    timeline_markers.mark_bake(bpy.context.scene, job.job_dir, plan.first_frame)
     return len(positions)
