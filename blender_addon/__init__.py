@@ -60,9 +60,10 @@ def register():
     import atexit
 
     import bpy
-    from . import bake_operators, operators, panels, preferences, properties
+    from . import bake_operators, operators, panels, preferences, preview_operators, properties
     properties.register()
-    for cls in preferences.CLASSES + operators.CLASSES + bake_operators.CLASSES + panels.CLASSES:
+    for cls in (preferences.CLASSES + operators.CLASSES + bake_operators.CLASSES + preview_operators.CLASSES
+                + panels.CLASSES):
         bpy.utils.register_class(cls)
         _registered.append(cls)
     # Opening another file or quitting stops the running job and reaps its process group.

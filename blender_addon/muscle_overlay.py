@@ -1,8 +1,15 @@
-"""The muscle overlay: the model's muscle tets as a coloured mesh object parented to the skin.
+"""The muscle overlay: the model's muscles as smooth coloured surfaces in an object parented
+to the skin.
 
 Read from MODEL.npz with numpy alone. A tet belongs to the muscle that fills most of it
-when muscles fill at least half of it; the overlay is the boundary of each muscle's tets,
-one colour per muscle (left and right of a pair share the hue).
+when muscles fill at least half of it; each muscle's surface is the boundary of its tets,
+with its own copy of the vertices it shares with a neighbouring muscle (so each smooths as a
+closed surface of its own), subdivided and smoothed by Taubin's λ|μ steps, then scaled back
+to the volume of its tets (surface_smoothing.py: the staircase of tet faces goes, the volume
+stays). One material per muscle, its viewport
+display colour the muscle's (left and right of a pair share the hue), so Solid view shows
+the colours with its default Material colouring; the muscle chosen in the Muscles list is
+drawn bright and the others dimmed and see-through (`highlight_muscle`).
 """
 from __future__ import annotations
 
@@ -12,17 +19,25 @@ import bpy
 import numpy as np
 
 from .child_objects import attach_child, find_child, remove_child
+from .surface_smoothing import smooth_closed_surface
 
 OVERLAY_TAG = "face_physics_overlay_of"
 _TET_FACES = np.array([[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]])
+# The muscles not chosen in the Muscles list: this much of their colour, mixed with grey, and
+# this alpha (Solid view draws a material with alpha below 1 see-through).
+DIMMED_SHARE = 0.35
+DIMMED_ALPHA = 0.25
+_GREY = np.array([0.5, 0.5, 0.5])
 
 
 def find_overlay(obj):
     return find_child(obj, OVERLAY_TAG)
 
 
-def muscle_surface(model_path, metres_per_unit: float):
-    """(vertices local (N,3), triangles (T,3), muscle index per triangle, muscle names)."""
+def muscle_surface(model_path, metres_per_unit: float, smooth: bool = True):
+    """(vertices local (N,3), triangles (T,3), muscle index per triangle, muscle names); each
+    muscle a closed surface with vertices of its own, smoothed unless `smooth` is False (then the
+    raw boundary of its tets)."""
     with np.load(model_path, allow_pickle=False) as model:
         positions = model["rest_positions"] / metres_per_unit
         tets = model["tets"]
@@ -30,26 +45,38 @@ def muscle_surface(model_path, metres_per_unit: float):
         names = [str(name) for name in model["muscle_names"]]
     owner = np.argmax(fraction, axis=1)
     inside = fraction.sum(axis=1) >= 0.5
-    triangles, labels = [], []
+    vertices, triangles, labels, offset = [], [], [], 0
     for muscle in np.unique(owner[inside]):
-        chosen = tets[inside & (owner == muscle)]
-        faces = chosen[:, _TET_FACES].reshape(-1, 3)
-        keys = np.sort(faces, axis=1)
-        _, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
+        faces = tets[inside & (owner == muscle)][:, _TET_FACES].reshape(-1, 3)
+        _, first, counts = np.unique(np.sort(faces, axis=1), axis=0, return_index=True, return_counts=True)
         boundary = faces[first[counts == 1]]
-        triangles.append(boundary)
-        labels.append(np.full(len(boundary), muscle))
+        used, remapped = np.unique(boundary, return_inverse=True)
+        points, local = positions[used], remapped.reshape(-1, 3)
+        if smooth:
+            points, local = smooth_closed_surface(points, local)
+        vertices.append(points)
+        triangles.append(local + offset)
+        labels.append(np.full(len(local), muscle))
+        offset += len(points)
     if not triangles:
         return positions[:0], np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64), names
-    triangles = np.concatenate(triangles)
-    used, remapped = np.unique(triangles, return_inverse=True)
-    return positions[used], remapped.reshape(-1, 3), np.concatenate(labels), names
+    return np.concatenate(vertices), np.concatenate(triangles), np.concatenate(labels), names
 
 
 def _colour(name: str, names) -> tuple:
     bases = sorted({n.rsplit("_", 1)[0] for n in names})
     hue = bases.index(name.rsplit("_", 1)[0]) / max(1, len(bases))
     return (*colorsys.hsv_to_rgb(hue, 0.75, 0.9), 1.0)
+
+
+def muscle_display_colour(name: str, names, chosen) -> tuple:
+    """RGBA of muscle `name` in the overlay: its own colour when `chosen` is None or `name`,
+    else dimmed towards grey and see-through."""
+    colour = _colour(name, names)
+    if chosen is None or chosen == name:
+        return colour
+    rgb = DIMMED_SHARE * np.array(colour[:3]) + (1.0 - DIMMED_SHARE) * _GREY
+    return (*rgb.tolist(), DIMMED_ALPHA)
 
 
 def create_overlay(obj):
@@ -62,11 +89,56 @@ def create_overlay(obj):
     colours = mesh.color_attributes.new("muscle", 'FLOAT_COLOR', 'CORNER')
     palette = np.array([_colour(name, names) for name in names], dtype=np.float32)
     colours.data.foreach_set("color", np.repeat(palette[labels], 3, axis=0).ravel())
+    present = np.unique(labels)
+    for muscle in present:
+        material = bpy.data.materials.new(f"{obj.name} FP {names[muscle]}")
+        material["face_physics_muscle"] = names[muscle]
+        mesh.materials.append(material)
+    slot = np.zeros(len(names), dtype=np.int32)
+    slot[present] = np.arange(len(present))
+    mesh.polygons.foreach_set("material_index", slot[labels])
+    mesh.polygons.foreach_set("use_smooth", np.ones(len(triangles), dtype=bool))
+    mesh.update()
     overlay = bpy.data.objects.new(f"{obj.name} muscles", mesh)
     attach_child(obj, overlay, OVERLAY_TAG)
     overlay.show_in_front = True
+    highlight_muscle(obj)
     return overlay
 
 
+def chosen_muscle(obj):
+    """The name of the muscle chosen in the Muscles list, or None."""
+    muscles = obj.face_physics.muscles
+    index = obj.face_physics.muscle_index
+    return muscles[index].name if 0 <= index < len(muscles) else None
+
+
+def highlight_muscle(obj) -> None:
+    """Colour the overlay's materials for the muscle chosen in the Muscles list (a few dozen
+    colour assignments: cheap enough for the list's update callback)."""
+    overlay = find_overlay(obj)
+    if overlay is None:
+        return
+    materials = [material for material in overlay.data.materials
+                 if material is not None and "face_physics_muscle" in material]
+    names = {material["face_physics_muscle"] for material in materials}
+    # The hues come from every muscle's name, as when the overlay was made.
+    palette_names = sorted(names | {muscle.name for muscle in obj.face_physics.muscles})
+    chosen = chosen_muscle(obj)
+    chosen = chosen if chosen in names else None
+    for material in materials:
+        material.diffuse_color = muscle_display_colour(material["face_physics_muscle"], palette_names, chosen)
+
+
+def on_muscle_index_changed(settings, context) -> None:
+    """The Muscles list's update callback: `settings` is the skin's face_physics group."""
+    highlight_muscle(settings.id_data)
+
+
 def remove_overlay(obj) -> None:
+    overlay = find_overlay(obj)
+    materials = [] if overlay is None else [material for material in overlay.data.materials if material is not None]
     remove_child(obj, OVERLAY_TAG)
+    for material in materials:
+        if material.users == 0:
+            bpy.data.materials.remove(material)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import bpy
 
 from . import fat_preview, muscle_overlay
+from .preview_operators import draw_preview_legend
 from .preferences import draw_solver_status
 from .ui_text import wrap
 from .job_runner import current_job
@@ -161,6 +162,8 @@ class VIEW3D_PT_face_physics_fit(_FacePhysicsPanel, bpy.types.Panel):
         row.operator("face_physics.fit", text="Fit All", icon='CON_KINEMATIC').scope = 'ALL'
         row.operator("face_physics.fit", text="Fit Selected").scope = 'SELECTED'
         layout.prop(settings, "fit_processes")
+        layout.operator("face_physics.fit_error_preview", icon='COLOR')
+        draw_preview_legend(layout, obj)
         fitted = [item for item in settings.fit_shapes if item.fitted]
         if settings.fit_path:
             box = layout.box()
@@ -192,6 +195,12 @@ class VIEW3D_PT_face_physics_muscles(_FacePhysicsPanel, bpy.types.Panel):
         row.operator("face_physics.palsy_preset", text="Right").side = 'RIGHT'
         row.operator("face_physics.palsy_preset", text="Clear").side = 'NONE'
         _map_row(layout, obj, "paralysis_group", 'paralysis_group')
+        row = layout.row(align=True)
+        row.operator("face_physics.map_preview", text="Preview Paralysis", icon='COLOR').kind = 'PARALYSIS'
+        shown = muscle_overlay.find_overlay(obj) is not None
+        row.operator("face_physics.muscle_overlay", text="Hide Muscles" if shown else "Show Muscles",
+                     icon='HIDE_OFF' if shown else 'HIDE_ON', depress=shown)
+        draw_preview_legend(layout, obj)
 
 
 def _map_row(layout, obj, prop, field):
@@ -239,6 +248,10 @@ class VIEW3D_PT_face_physics_stiffness(_FacePhysicsPanel, bpy.types.Panel):
         _map_row(layout, obj, "density_group", 'density_group')
         layout.prop(settings, "density_range")
         layout.operator("face_physics.zombie_preset", icon='GHOST_ENABLED')
+        row = layout.row(align=True)
+        row.operator("face_physics.map_preview", text="Preview Stiffness", icon='COLOR').kind = 'STIFFNESS'
+        row.operator("face_physics.map_preview", text="Preview Density", icon='COLOR').kind = 'DENSITY'
+        draw_preview_legend(layout, obj)
 
 
 class VIEW3D_PT_face_physics_collisions(_FacePhysicsPanel, bpy.types.Panel):

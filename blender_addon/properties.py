@@ -5,7 +5,7 @@ import bpy
 from bpy.props import (BoolProperty, CollectionProperty, EnumProperty, FloatProperty, FloatVectorProperty,
                        IntProperty, PointerProperty, StringProperty)
 
-from . import solver_numbers
+from . import muscle_overlay, solver_numbers
 from .solver_numbers import default, limits
 
 MULTIPLIER_LOW, MULTIPLIER_HIGH = solver_numbers.PAINTED_MULTIPLIER_LIMITS
@@ -117,7 +117,7 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
                                            "using one core")
     # Muscles
     muscles: CollectionProperty(type=FACE_PHYSICS_PG_muscle)
-    muscle_index: IntProperty()
+    muscle_index: IntProperty(update=muscle_overlay.on_muscle_index_changed)
     paralysis_group: StringProperty(name="Paralysis map", description="Vertex group: 1 = fully paralysed",
                                     update=_record_map_groups)
     # Fat
@@ -210,6 +210,8 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     shown_take: StringProperty(description="The take the object shows now")
     bake_actions: CollectionProperty(type=FACE_PHYSICS_PG_action_choice)
     bake_action_index: IntProperty()
+    # Previews: what the colour attribute shown last means (viewport_previews.py)
+    preview_legend: StringProperty(description="The colour scale of the preview shown on the skin")
 
 
 class FACE_PHYSICS_PG_job(bpy.types.PropertyGroup):

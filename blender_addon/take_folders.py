@@ -200,6 +200,17 @@ def finish_take(take: Take, seconds_per_frame: float, warnings: List[str]) -> No
     take.save()
 
 
+def saved_records(take: Take) -> dict:
+    """The per-frame records (RESULT.npz's per-frame arrays) of the frames a cancelled or failed
+    take kept, from its resume state; {} without one."""
+    state = take.folder / PARTIAL_FOLDER / "state.npz"
+    try:
+        with np.load(state, allow_pickle=False) as saved:
+            return {name[len("record_"):]: np.array(saved[name]) for name in saved.files if name.startswith("record_")}
+    except (OSError, ValueError):
+        return {}
+
+
 def saved_frames(take: Take) -> int:
     """Frames a resume would keep: those the resume state counts (0 without one)."""
     state = take.folder / PARTIAL_FOLDER / "state.npz"

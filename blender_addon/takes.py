@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import bpy
 
-from . import bake, job_runner, storage
+from . import bake, job_runner, storage, timeline_markers
 from .pc2_cache import map_pc2_frames
 from .stepwise import drain
 from .take_folders import (Take, TakeError, delete_take, find_take, list_takes, rename_take,
-                           saved_frames, settings_summary)
+                           saved_frames, saved_records, settings_summary)
 
 
 def folder_of(obj):
@@ -79,8 +79,23 @@ def show_steps(obj, take: Take):
         bake.show_cache(obj, take.cache, take.first_frame)
         frames = take.frames_done
     settings.shown_take = take.name
+    _mark_troubled_frames(take)
     obj.update_tag()
     return frames
+
+
+def _mark_troubled_frames(take: Take) -> None:
+    """Timeline markers on the shown take's unconverged, penetrating or inverted frames
+    (timeline_markers.py); a take still running gets them when it is shown finished."""
+    scene = bpy.context.scene
+    if take.status == "finished":
+        timeline_markers.mark_bake(scene, take.folder, take.first_frame)
+        return
+    records = saved_records(take)
+    if "converged" in records:
+        timeline_markers.mark_result(scene, records, take.first_frame)
+    else:
+        timeline_markers.clear_markers(scene)
 
 
 def rename(obj, take: Take, new_name: str) -> Take:

@@ -12,7 +12,7 @@ import bpy
 import numpy as np
 
 from . import (bake, job_files, map_groups, preflight, preferences, scene_export, solver_environment, storage,
-               take_folders, takes)
+               take_folders, takes, timeline_markers)
 from .job_runner import Job
 from .preflight import ERROR, Finding
 from .stepwise import drain
@@ -419,6 +419,7 @@ def apply_bake_steps(job):
     if take is None:        # a job folder of its own (no take): the frames straight onto the object
         positions = job_files.read_result_positions(job.job_dir)
         yield from bake.apply_bake_steps(obj, plan.target, positions, plan.first_frame, plan.metres_per_unit)
+        timeline_markers.mark_bake(bpy.context.scene, job.job_dir, plan.first_frame)
         return len(positions)
     take_folders.finish_take(take, job.seconds_per_frame, job.warnings)
     frames = yield from takes.show_steps(obj, take)
