@@ -67,7 +67,8 @@ def map_values(weights, value_range: Optional[Tuple[float, float]]) -> Tuple[np.
 
 def vertex_fit_error_mm(fit_path, shape_name: str) -> Tuple[np.ndarray, np.ndarray]:
     """(per-vertex error in mm, face region mask) of one fitted shape of FIT.npz: the length of
-    its `detail_residual` row (target minus fitted skin), as the fit measured its error; the
+    its `detail_residual` row (target minus fitted skin, with its context's for a shape fitted on
+    top of another), as the fit measured its error; the
     mask is the fit's `face_region` (all vertices in fits that lack it)."""
     with np.load(fit_path, allow_pickle=False) as fit:
         names = [str(name) for name in fit["shape_key_names"]]
@@ -78,6 +79,11 @@ def vertex_fit_error_mm(fit_path, shape_name: str) -> Tuple[np.ndarray, np.ndarr
         if status != "fitted":
             raise ValueError(f"{shape_name} was not fitted ({status}): it has no error to show")
         residual = np.asarray(fit["detail_residual"][row], dtype=np.float64)
+        # A shape fitted on top of another (mouthClose on jawOpen) is stored relative to it, but
+        # its error was measured on the two together: the context's residual adds back.
+        context = str(fit["fit_context"][row]) if "fit_context" in fit.files else ""
+        if context in names:
+            residual = residual + np.asarray(fit["detail_residual"][names.index(context)], dtype=np.float64)
         region = (np.asarray(fit["face_region"], dtype=bool) if "face_region" in fit.files
                   else np.ones(len(residual), dtype=bool))
     return 1e3 * np.linalg.norm(residual, axis=1), region
