@@ -149,8 +149,17 @@ def set_resume(job_dir, resume: bool) -> None:
     path = Path(job_dir) / JOB_FILE
     job = json.loads(path.read_text(encoding="utf-8"))
     job["settings"]["resume"] = bool(resume)
-    temporary = path.with_name(f".{JOB_FILE}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(job, indent=2), encoding="utf-8")
+    write_text_atomically(path, json.dumps(job, indent=2))
+
+
+def write_text_atomically(path, text: str) -> None:
+    """Write through a temporary file beside `path`, fsynced, then swapped in with os.replace."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as stream:
+        stream.write(text)
+        stream.flush()
+        os.fsync(stream.fileno())
     os.replace(temporary, path)
 
 

@@ -6,9 +6,21 @@ import bpy
 from bpy.props import EnumProperty
 
 from . import viewport_previews, workflow
+from .job_operator import first_refusal
 from .workflow import skin_object
 
 _SHADING_HINT = "Viewport Shading ▸ Color ▸ Attribute shows it in Solid view"
+
+
+def _shown(operator, show) -> set:
+    """Run `show` (it returns the preview's legend) and report the legend, or why not."""
+    try:
+        legend = show()
+    except ValueError as error:
+        operator.report({'ERROR'}, f"Face Physics: {error}")
+        return {'CANCELLED'}
+    operator.report({'INFO'}, f"Face Physics: {legend}. {_SHADING_HINT}")
+    return {'FINISHED'}
 
 
 class FACE_PHYSICS_OT_map_preview(bpy.types.Operator):
@@ -24,19 +36,10 @@ class FACE_PHYSICS_OT_map_preview(bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        if skin_object(context) is None:
-            cls.poll_message_set("Select the skin: a mesh object")
-            return False
-        return True
+        return first_refusal(cls, ((skin_object(context) is not None, "Select the skin: a mesh object"),))
 
     def execute(self, context):
-        try:
-            legend = viewport_previews.show_map_preview(skin_object(context), self.kind)
-        except ValueError as error:
-            self.report({'ERROR'}, f"Face Physics: {error}")
-            return {'CANCELLED'}
-        self.report({'INFO'}, f"Face Physics: {legend}. {_SHADING_HINT}")
-        return {'FINISHED'}
+        return _shown(self, lambda: viewport_previews.show_map_preview(skin_object(context), self.kind))
 
 
 class FACE_PHYSICS_OT_fit_error_preview(bpy.types.Operator):
@@ -65,13 +68,7 @@ class FACE_PHYSICS_OT_fit_error_preview(bpy.types.Operator):
     def execute(self, context):
         obj = skin_object(context)
         shape = obj.face_physics.fit_shapes[obj.face_physics.fit_index].name
-        try:
-            legend = viewport_previews.show_fit_error(obj, workflow.fit_file(obj), shape)
-        except ValueError as error:
-            self.report({'ERROR'}, f"Face Physics: {error}")
-            return {'CANCELLED'}
-        self.report({'INFO'}, f"Face Physics: {legend}. {_SHADING_HINT}")
-        return {'FINISHED'}
+        return _shown(self, lambda: viewport_previews.show_fit_error(obj, workflow.fit_file(obj), shape))
 
 
 class FACE_PHYSICS_OT_clear_previews(bpy.types.Operator):

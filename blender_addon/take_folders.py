@@ -27,6 +27,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from .job_files import write_text_atomically
+
 TAKE_FILE = "take.json"
 TAKE_PREFIX = "FP_take_"
 PARTIAL_FOLDER = ".result.partial"         # solver/requests/animate.py partial_folder for result.npz
@@ -94,15 +96,6 @@ def settings_summary(settings: dict) -> str:
     if settings.get("fat_scale", 1.0) != 1.0:
         parts.append(f"fat ×{settings['fat_scale']:g}")
     return " · ".join(parts)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as stream:
-        stream.write(text)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
 
 
 def check_name(name: str) -> str:
