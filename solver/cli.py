@@ -7,6 +7,8 @@ Commands:
   fit          find the activations and jaw pose behind each shape key (inverse physics)
   fit-pictures heat maps of the worst and best shape-key fits of a FIT.npz
   animate      run a model through per-frame activations, or shape-key weights through a fit
+  lips         the upper and lower lip the solver finds by itself, as LIPS.npz (to edit and pass to
+               animate --lip-vertices)
   run-job      run a job folder (job.json) written by the Blender add-on; always JSON lines
   check        what this Python can run: packages, the sparse Cholesky back end, IPOPT (exit 2
                when the solver cannot run here)
@@ -125,7 +127,8 @@ def _demo(args, report):
 _ANIMATE_LABELS = {"model": "MODEL", "activations": "ACTIVATIONS", "fit": "FIT", "weights": "WEIGHTS",
                    "output": "-o/--output", "maps": "--maps", "colliders": "--collider",
                    "lip_vertices": "--lip-vertices", "detail": "--no-detail", "skin_filter": "--no-skin-filter",
-                   "diffusion_time_step_m2": "--diffusion-time-step", "teeth_padding_m": "--teeth-padding",
+                   "diffusion_time_step_m2": "--diffusion-time-step",
+                   "diffusion_spread_m": "--diffusion-spread", "teeth_padding_m": "--teeth-padding",
                    "resume": "--resume"}
 
 
@@ -133,7 +136,7 @@ def _animate(args, report):
     from .requests.animate import AnimateRequest, run_animate
     shape_keys = args.weights is not None       # MODEL FIT WEIGHTS: the second positional is the fit
     given = {name: getattr(args, name) for name in ("substeps", "wind", "fat_scale", "fat_softening", "diffusion_steps",
-                                                    "diffusion_time_step_m2", "teeth_padding_m")
+                                                    "diffusion_time_step_m2", "diffusion_spread_m", "teeth_padding_m")
              if getattr(args, name) is not None}
     if args.muscles is not None and not shape_keys:
         raise InputError("--muscles: adds muscle contractions on top of shape-key weights. Fix: give MODEL FIT "
@@ -147,6 +150,12 @@ def _animate(args, report):
         detail=False if args.no_detail else None, skin_filter=not args.no_skin_filter,
         collisions=tuple(args.collisions or ()), contact_solver=args.contact_solver, resume=args.resume, **given),
         run_animate, {**_ANIMATE_LABELS, "activations": "--muscles"} if shape_keys else _ANIMATE_LABELS, report)
+
+
+def _lips(args, report):
+    from .requests.lips import LipsRequest, run_lips
+    _submit(lambda: LipsRequest(model=args.model, output=args.output), run_lips,
+            {"model": "MODEL", "output": "-o/--output"}, report)
 
 
 _FIT_LABELS = {"model": "MODEL", "rig": "RIG", "output": "-o/--output", "processes": "--jobs"}
@@ -279,6 +288,9 @@ def _parser():
                      help="diffusion steps of the painted maps into the volume (default 10)")
     run.add_argument("--diffusion-time-step", dest="diffusion_time_step_m2", type=float, default=None, metavar="M2",
                      help="diffusion time per step in m² (default 3e-6)")
+    run.add_argument("--diffusion-spread", dest="diffusion_spread_m", type=float, default=None, metavar="M",
+                     help="instead of the two above: how far a painted point spreads into the tissue, metres "
+                          "(default 0.0077, i.e. 10 steps of 3e-6 m²)")
     run.add_argument("--collisions", type=_comma_list, default=None,
                      help="keep the skin out of the teeth and/or the other lip: teeth, lips or teeth,lips")
     run.add_argument("--teeth-padding", dest="teeth_padding_m", type=float, default=None, metavar="M",
@@ -293,6 +305,11 @@ def _parser():
                      help="continue the bake of the same output that was cancelled or crashed, from its last "
                           "finished frame (same inputs and settings; docs/addon.md, Takes, streaming and resume)")
     run.set_defaults(run=_animate)
+    lips = commands.add_parser("lips", help="the lips the solver finds by itself, as a LIPS.npz to edit and pass "
+                                            "back with animate --lip-vertices")
+    lips.add_argument("model", type=Path, metavar="MODEL")
+    lips.add_argument("-o", "--output", type=Path, required=True, metavar="LIPS.npz")
+    lips.set_defaults(run=_lips)
     check = commands.add_parser("check", help="what this Python can run: packages, sparse Cholesky, IPOPT")
     check.set_defaults(run=_check)
     job = commands.add_parser("run-job", help="run JOB_DIR/job.json (the add-on's job protocol, docs/addon.md)")

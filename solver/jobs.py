@@ -189,6 +189,11 @@ def _animate_request(inputs: dict, outputs: dict, settings: dict):
                           **settings)
 
 
+def _lips_request(inputs: dict, outputs: dict, settings: dict):
+    from .requests.lips import LipsRequest
+    return LipsRequest(model=inputs["model"], output=outputs["lips"], **settings)
+
+
 def _request_label(command: str):
     """How job.json spells a field of the command's request."""
     spec = _COMMANDS[command]
@@ -226,11 +231,13 @@ _COMMANDS: Dict[str, dict] = {
     "animate": {"inputs": ("model",), "optional_inputs": ("activations", "fit", "weights", "maps", "lip_vertices"),
                 "list_inputs": ("colliders",), "outputs": ("result",),
                 "settings": ("dynamic", "substeps", "gravity", "wind", "fat_scale", "diffusion_steps",
-                             "diffusion_time_step_m2", "fat_softening", "detail", "skin_filter", "collisions",
+                             "diffusion_time_step_m2", "diffusion_spread_m", "fat_softening", "detail", "skin_filter", "collisions",
                              "contact_solver", "teeth_padding_m", "resume",
                              "cache_start_frame", "cache_metres_per_unit"),
                 "request": _animate_request, "labels": {"output": "outputs.result"},
                 "run": _runner("animate", "run_animate")},
+    "lips": {"inputs": ("model",), "optional_inputs": (), "outputs": ("lips",), "settings": (),
+             "request": _lips_request, "labels": {"output": "outputs.lips"}, "run": _runner("lips", "run_lips")},
 }
 
 

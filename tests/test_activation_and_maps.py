@@ -326,6 +326,9 @@ def test_map_settings_numbers_come_from_one_file():
     reads too (blender_addon/solver_numbers.py)."""
     numbers = json.loads((Path(maps.__file__).with_name("settings.json")).read_text(encoding="utf-8"))
     defaults = maps.MapSettings()
+    spread = numbers["settings"].pop("diffusion_spread_m")
+    assert maps.MapSettings.from_spread(spread_m=spread["default"]).spread_m == pytest.approx(defaults.spread_m)
+    assert tuple(spread["range"]) == maps.DIFFUSION_SPREAD_RANGE_M
     for name, entry in numbers["settings"].items():
         assert getattr(defaults, name) == entry["default"]
         low, high = entry["range"]
@@ -335,6 +338,25 @@ def test_map_settings_numbers_come_from_one_file():
             assert getattr(maps.MapSettings(**{name: value, **bounded}), name) == value
     assert maps.ZOMBIE_STIFFNESS_RANGE == tuple(numbers["presets"]["zombie"]["stiffness_range"])
     assert maps.PAINTED_MULTIPLIER_LIMITS == tuple(numbers["painted_multiplier_range"])
+
+
+def test_a_spread_becomes_diffusion_steps_no_longer_than_the_default_step():
+    """The artist's spread s (mm in the add-on) is diffusion time s²/2, in steps of at most the
+    default time step; 0 keeps the maps in the tets the skin lies in."""
+    default = maps.MapSettings()
+    assert default.spread_m == pytest.approx(0.0077459667, rel=1e-8)
+    same = maps.MapSettings.from_spread(spread_m=default.spread_m)
+    assert same.diffusion_steps == default.diffusion_steps
+    assert same.diffusion_time_step_m2 == pytest.approx(default.diffusion_time_step_m2, rel=1e-9)
+    assert maps.MapSettings.from_spread(spread_m=0.0).diffusion_steps == 0
+    for spread in (0.001, 0.012, maps.DIFFUSION_SPREAD_RANGE_M[1]):
+        settings = maps.MapSettings.from_spread(1.2, 0.5, spread)
+        assert settings.spread_m == pytest.approx(spread, rel=1e-12)
+        assert settings.diffusion_time_step_m2 <= maps.DEFAULT_DIFFUSION_TIME_STEP_M2 * (1 + 1e-12)
+        assert (settings.fat_scale, settings.fat_softening) == (1.2, 0.5)
+    for bad in (-0.001, 0.06, float("nan"), "7 mm"):
+        with pytest.raises(maps.MapSettingsError, match="^diffusion_spread_m: expected a number in \\[0, 0.05\\]"):
+            maps.MapSettings.from_spread(spread_m=bad)
 
 
 def test_fat_softening_scales_the_papers_mu_reduction():

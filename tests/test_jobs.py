@@ -654,6 +654,45 @@ def _inflating_sphere(model_path, growth, radius=0.01):
     return {"vertices": vertices, "faces": faces, "transforms": np.tile(np.eye(4), (len(growth), 1, 1))}, vertex, normal
 
 
+def test_a_lips_job_writes_the_solvers_lips_and_animate_takes_them_back(tmp_path, small_model):
+    """The lips the solver finds by itself, as a file the artist edits (the add-on paints them
+    into FP_lip_upper / FP_lip_lower) and animate accepts as painted lips."""
+    folder = tmp_path / "lips"
+    folder.mkdir()
+    job_files.place_model(folder, small_model)
+    (folder / "job.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "command": "lips",
+                                                 "inputs": {"model": "model.npz"}, "outputs": {"lips": "lips.npz"},
+                                                 "settings": {}}))
+    code, lines, err = _run(folder)
+    assert code == 0, err
+    result = next(line for line in lines if line["type"] == "result")
+    with np.load(folder / "lips.npz", allow_pickle=False) as lips:
+        upper, lower = lips["upper"], lips["lower"]
+    assert (result["upper"], result["lower"]) == (upper.size, lower.size) and upper.size > 20 and lower.size > 20
+    assert not np.intersect1d(upper, lower).size
+    from solver.collisions.scene import load_lip_vertices
+    skin_count = job_files.read_model_summary(small_model)["skin_vertices"]
+    checked = load_lip_vertices(folder / "lips.npz", skin_count)
+    assert np.array_equal(checked[0], upper) and np.array_equal(checked[1], lower)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    job_files.place_model(bad, small_model)
+    (bad / "job.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "command": "lips",
+                                              "inputs": {"model": "model.npz"}, "outputs": {"lips": "model.npz"},
+                                              "settings": {}}))
+    with pytest.raises(JobError, match="names an input"):
+        read_job(bad)
+
+
+def test_a_spread_and_diffusion_steps_together_are_refused(tmp_path, small_model):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    job_files.write_animate_job(folder, small_model, _neutral_contractions(small_model, 1), None,
+                                {"diffusion_spread_m": 0.01, "diffusion_steps": 4})
+    with pytest.raises(JobError, match="settings.diffusion_spread_m: given together with diffusion steps"):
+        read_job(folder)
+
+
 def test_a_deforming_collider_detects_against_the_shape_of_each_frame(small_model):
     from solver.collisions import BonePose, MeshCollider, MeshColliderError
     arrays, vertex, normal = _inflating_sphere(small_model, [0.0, 0.003])
@@ -746,6 +785,7 @@ def test_the_command_line_and_a_job_folder_run_the_same_animate_request(tmp_path
     ("diffusion_steps", 1_000_000_000, "--diffusion-steps", "expected a whole number in [0, 1000]"),
     ("diffusion_time_step_m2", 1.0, "--diffusion-time-step", "expected a number in [1e-09, 0.001], found 1"),
     ("substeps", 0, "--substeps", "expected a whole number in [1, 100], found 0"),
+    ("diffusion_spread_m", 0.2, "--diffusion-spread", "expected a number in [0, 0.05], found 0.2"),
 ])
 def test_both_doors_refuse_an_out_of_range_setting_with_the_same_message(tmp_path, small_model, setting, value,
                                                                        flag, shown):

@@ -46,6 +46,9 @@ DIFFUSION_TIME_STEP_RANGE_M2 = tuple(_SETTINGS["diffusion_time_step_m2"]["range"
 # 35k tets), so this also bounds the work: ~4,000 sparse products there. Time step 1 m² asked
 # for ~480k substeps a step.
 MAX_DIFFUSION_TIME_M2 = NUMBERS["max_diffusion_time_m2"]
+# The artist sets the diffusion as a spread (about how far a painted point reaches, √(2t));
+# it becomes steps of at most the default time step, the resolution the defaults were tuned at.
+DIFFUSION_SPREAD_RANGE_M = tuple(_SETTINGS["diffusion_spread_m"]["range"])
 # The multipliers a painted stiffness or density map may reach at weight 0 and 1.
 PAINTED_MULTIPLIER_LIMITS = tuple(NUMBERS["painted_multiplier_range"])
 
@@ -101,6 +104,28 @@ class MapSettings:
                                    f"{self.diffusion_steps} steps of {self.diffusion_time_step_m2:g} m² spread a "
                                    f"painted point over {(2 * spread) ** 0.5 * 100:.0f} cm, past any face",
                                    f"keep steps × time step at most {MAX_DIFFUSION_TIME_M2:g} m² (5 cm)")
+
+    @classmethod
+    def from_spread(cls, fat_scale: float = 1.0, fat_softening: float = DEFAULT_FAT_SOFTENING,
+                    spread_m: float = 0.0) -> "MapSettings":
+        """Settings whose diffusion spreads a painted point by about `spread_m` metres: diffusion
+        time t = spread² / 2 in steps of at most the default time step (0 = only the tets the
+        skin lies in)."""
+        spread = field_checks.number(spread_m, "diffusion_spread_m", *DIFFUSION_SPREAD_RANGE_M,
+                                     "metres a painted point spreads into the tissue", MapSettingsError)
+        time = 0.5 * spread * spread
+        if time == 0.0:
+            return cls(fat_scale, fat_softening, 0, DEFAULT_DIFFUSION_TIME_STEP_M2)
+        steps = math.ceil(time / DEFAULT_DIFFUSION_TIME_STEP_M2 * (1.0 - 1e-12))
+        step = time / steps
+        while steps * step > MAX_DIFFUSION_TIME_M2:    # the largest spread, rounded up by a bit
+            step = math.nextafter(step, 0.0)
+        return cls(fat_scale, fat_softening, steps, step)
+
+    @property
+    def spread_m(self) -> float:
+        """About how far a painted point spreads: √(2 · steps · time step)."""
+        return math.sqrt(2.0 * self.diffusion_steps * self.diffusion_time_step_m2)
 
 
 class VolumetricLaplacian:

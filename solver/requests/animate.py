@@ -64,6 +64,7 @@ class AnimateRequest:
     fat_softening: float = DEFAULT_FAT_SOFTENING
     diffusion_steps: int = DEFAULT_DIFFUSION_STEPS
     diffusion_time_step_m2: float = DEFAULT_DIFFUSION_TIME_STEP_M2
+    diffusion_spread_m: Optional[float] = None  # instead of the two above: how far a painted point spreads
     detail: Optional[bool] = None           # None: on for shape-key animation
     skin_filter: bool = True
     collisions: tuple = ()
@@ -99,8 +100,17 @@ class AnimateRequest:
                                                   meaning="metres per unit of the .pc2 (0.01 for a rig in cm)"))
         if self.wind is not None:
             put("wind", check.vector3(self.wind, "wind", MAX_WIND_SPEED, "m/s"))
+        if self.diffusion_spread_m is not None and (self.diffusion_steps, self.diffusion_time_step_m2) != \
+                (DEFAULT_DIFFUSION_STEPS, DEFAULT_DIFFUSION_TIME_STEP_M2):
+            raise RequestError("diffusion_spread_m", "given together with diffusion steps or time step",
+                               "give either the spread or the steps and time step")
         try:
-            settings = MapSettings(self.fat_scale, self.fat_softening, self.diffusion_steps, self.diffusion_time_step_m2)
+            if self.diffusion_spread_m is None:
+                settings = MapSettings(self.fat_scale, self.fat_softening, self.diffusion_steps,
+                                       self.diffusion_time_step_m2)
+            else:
+                settings = MapSettings.from_spread(self.fat_scale, self.fat_softening, self.diffusion_spread_m)
+                put("diffusion_spread_m", settings.spread_m)
         except MapSettingsError as error:
             raise RequestError(error.field, error.problem, error.fix) from None
         put("map_settings", settings)
