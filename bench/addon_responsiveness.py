@@ -49,9 +49,9 @@ def _scene(folder: Path, tets: int, frames: int):
     assert bpy.ops.face_physics.build() == {'FINISHED'}
     for muscle in obj.face_physics.muscles:
         if muscle.name.startswith(("zygomaticus", "levator_anguli")):
-            for frame, value in ((1, 1.0), (frames // 2, 2.0), (frames, 1.0)):
-                muscle.contraction = value
-                muscle.keyframe_insert("contraction", frame=frame)
+            for frame, value in ((1, 0.0), (frames // 2, 1.0), (frames, 0.0)):
+                muscle.activation = value
+                muscle.keyframe_insert("activation", frame=frame)
     scene = bpy.context.scene
     scene.frame_start, scene.frame_end = 1, frames
     return obj

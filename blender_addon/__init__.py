@@ -23,11 +23,16 @@ def _stop_job_before_load(*_):
     job_runner.stop_current_job()
 
 
-def _list_takes_after_load(*_):
-    """The opened file's takes, read from disk: a take whose bake was cut off (Blender quit or
-    crashed mid-bake) is listed as cancelled and resumable (takes.refresh)."""
+def _after_load(*_):
+    """Settings of an older add-on converted (legacy_settings.py); the opened file's takes, read
+    from disk: a take whose bake was cut off (Blender quit or crashed mid-bake) is listed as
+    cancelled and resumable (takes.refresh)."""
     import bpy
-    from . import takes
+    from . import legacy_settings, takes
+    for obj in bpy.data.objects:
+        if obj.type == 'MESH':
+            for change in legacy_settings.upgrade(obj):
+                print(f"Face Physics: {obj.name}: converted an older setting: {change}")
     if not bpy.data.filepath:
         return
     for obj in bpy.data.objects:
@@ -60,15 +65,16 @@ def register():
     import atexit
 
     import bpy
-    from . import bake_operators, operators, panels, preferences, preview_operators, properties
+    from . import (bake_operators, lip_groups, muscle_controls, operators, panels, preferences, preview_operators,
+                   properties)
     properties.register()
     for cls in (preferences.CLASSES + operators.CLASSES + bake_operators.CLASSES + preview_operators.CLASSES
-                + panels.CLASSES):
+                + lip_groups.CLASSES + muscle_controls.CLASSES + panels.CLASSES):
         bpy.utils.register_class(cls)
         _registered.append(cls)
     # Opening another file or quitting stops the running job and reaps its process group.
     bpy.app.handlers.load_pre.append(bpy.app.handlers.persistent(_stop_job_before_load))
-    bpy.app.handlers.load_post.append(bpy.app.handlers.persistent(_list_takes_after_load))
+    bpy.app.handlers.load_post.append(bpy.app.handlers.persistent(_after_load))
     bpy.app.handlers.depsgraph_update_post.append(bpy.app.handlers.persistent(_follow_renamed_map_groups))
     atexit.register(_stop_job_at_exit)
 
@@ -81,8 +87,8 @@ def unregister():
     job_runner.stop_current_job()
     if _stop_job_before_load in bpy.app.handlers.load_pre:
         bpy.app.handlers.load_pre.remove(_stop_job_before_load)
-    if _list_takes_after_load in bpy.app.handlers.load_post:
-        bpy.app.handlers.load_post.remove(_list_takes_after_load)
+    if _after_load in bpy.app.handlers.load_post:
+        bpy.app.handlers.load_post.remove(_after_load)
     if _follow_renamed_map_groups in bpy.app.handlers.depsgraph_update_post:
         bpy.app.handlers.depsgraph_update_post.remove(_follow_renamed_map_groups)
     atexit.unregister(_stop_job_at_exit)

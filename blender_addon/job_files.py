@@ -27,6 +27,7 @@ FIT_FILE = "fit.npz"
 PREVIOUS_FIT_FILE = "previous_fit.npz"
 WEIGHTS_FILE = "weights.npz"
 LIP_VERTICES_FILE = "lip_vertices.npz"
+LIPS_FILE = "lips.npz"
 COLLIDER_PREFIX = "collider"
 
 
@@ -93,6 +94,19 @@ def write_fit_job(job_dir, model_path, rig_arrays: Dict[str, np.ndarray], shapes
     if shapes is not None:
         settings["shapes"] = [str(name) for name in shapes]
     return _write_job(job_dir, "fit", inputs, {"fit": FIT_FILE}, settings)
+
+
+def write_lips_job(job_dir, model_path) -> Path:
+    """A lips job: the lips the solver finds on the model by itself (upper, lower skin vertices)."""
+    job_dir = Path(job_dir)
+    place_model(job_dir, model_path)
+    return _write_job(job_dir, "lips", {"model": MODEL_FILE}, {"lips": LIPS_FILE}, {})
+
+
+def read_lips(job_dir) -> Tuple[np.ndarray, np.ndarray]:
+    """(upper, lower) skin-vertex indices from a finished lips job."""
+    with np.load(Path(job_dir) / LIPS_FILE, allow_pickle=False) as lips:
+        return (np.asarray(lips["upper"], dtype=np.int64), np.asarray(lips["lower"], dtype=np.int64))
 
 
 def collider_file_name(index: int, object_name: str) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import bpy
 
 from . import fat_preview, muscle_overlay
+from .lip_groups import draw_lips
+from .muscle_controls import draw_muscles
 from .preview_operators import draw_preview_legend
 from .preferences import draw_solver_status
 from .ui_text import wrap
@@ -38,14 +40,6 @@ class _FacePhysicsPanel:
     def poll(cls, context):
         obj = context.active_object
         return obj is not None and obj.type == 'MESH'
-
-
-class FACE_PHYSICS_UL_muscles(bpy.types.UIList):
-    def draw_item(self, context, layout, data, item, icon, active_data, active_property, index=0, flt_flag=0):
-        row = layout.row(align=True)
-        row.prop(item, "paralysed", text="", icon='CANCEL' if item.paralysed else 'CHECKBOX_DEHLT', emboss=False)
-        row.label(text=item.name)
-        row.prop(item, "contraction", text="", slider=True)
 
 
 class FACE_PHYSICS_UL_names(bpy.types.UIList):
@@ -188,7 +182,7 @@ class VIEW3D_PT_face_physics_muscles(_FacePhysicsPanel, bpy.types.Panel):
         if not len(settings.muscles):
             layout.label(text="Build the model to list its muscles", icon='INFO')
             return
-        layout.template_list("FACE_PHYSICS_UL_muscles", "", settings, "muscles", settings, "muscle_index", rows=6)
+        draw_muscles(layout, settings)
         row = layout.row(align=True)
         row.label(text="Bell's palsy:")
         row.operator("face_physics.palsy_preset", text="Left").side = 'LEFT'
@@ -224,9 +218,7 @@ class VIEW3D_PT_face_physics_fat(_FacePhysicsPanel, bpy.types.Panel):
         _map_row(layout, obj, "fat_group", 'fat_group')
         layout.prop(settings, "fat_scale", slider=True)
         layout.prop(settings, "fat_softening", slider=True)
-        column = layout.column(align=True)
-        column.prop(settings, "diffusion_steps")
-        column.prop(settings, "diffusion_time_step")
+        layout.prop(settings, "diffusion_spread_mm")
         row = layout.row(align=True)
         row.operator("face_physics.fat_preview", icon='SHADING_RENDERED')
         preview = fat_preview.find_preview(obj)
@@ -275,6 +267,9 @@ class VIEW3D_PT_face_physics_collisions(_FacePhysicsPanel, bpy.types.Panel):
         row.enabled = settings.teeth_contact
         row.prop(settings, "teeth_padding")
         layout.prop(settings, "contact_solver")
+        column = layout.column()
+        column.enabled = settings.lip_contact or settings.teeth_contact
+        draw_lips(column, context.active_object)
 
 
 class VIEW3D_PT_face_physics_dynamics(_FacePhysicsPanel, bpy.types.Panel):
@@ -369,7 +364,7 @@ def _draw_takes(layout, settings) -> None:
         layout.operator("face_physics.bake_actions", icon='RENDER_ANIMATION')
 
 
-CLASSES = (FACE_PHYSICS_UL_muscles, FACE_PHYSICS_UL_names, FACE_PHYSICS_UL_fit_shapes, FACE_PHYSICS_UL_colliders,
+CLASSES = (FACE_PHYSICS_UL_names, FACE_PHYSICS_UL_fit_shapes, FACE_PHYSICS_UL_colliders,
            FACE_PHYSICS_UL_takes, FACE_PHYSICS_UL_action_choices,
            VIEW3D_PT_face_physics_model, VIEW3D_PT_face_physics_fit, VIEW3D_PT_face_physics_muscles,
            VIEW3D_PT_face_physics_fat, VIEW3D_PT_face_physics_stiffness, VIEW3D_PT_face_physics_collisions,

@@ -25,11 +25,14 @@ def _record_map_groups(settings, context):
 
 class FACE_PHYSICS_PG_muscle(bpy.types.PropertyGroup):
     # `name` (built in) is the atlas muscle name, e.g. zygomaticus_major_L.
-    contraction: FloatProperty(
-        name="Contraction", default=1.0, min=solver_numbers.MUSCLE_CONTRACTION_LIMITS[0],
-        max=solver_numbers.MUSCLE_CONTRACTION_LIMITS[1], soft_max=2.5, options={'ANIMATABLE'},
-        description="Contraction γ along the fibre sent to the solver for preview and bake "
-                    "(1 = rest, above 1 contracts). Animatable")
+    # Drivers and keyframes address it by the muscle's name:
+    # face_physics.muscles["zygomaticus_major_L"].activation
+    activation: FloatProperty(
+        name="Activation", default=0.0, min=0.0, max=solver_numbers.MAX_MUSCLE_ACTIVATION, soft_max=1.0,
+        subtype='FACTOR', options={'ANIMATABLE'},
+        description="How hard this muscle pulls, added on top of the shape keys in a bake: 0 = at rest, "
+                    "1 = full contraction (the fibre shortened to half). Keyframe it, or drive it from a "
+                    "control rig")
     paralysed: BoolProperty(name="Paralysed", description="This muscle cannot activate")
 
 
@@ -118,6 +121,10 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
     # Muscles
     muscles: CollectionProperty(type=FACE_PHYSICS_PG_muscle)
     muscle_index: IntProperty(update=muscle_overlay.on_muscle_index_changed)
+    muscle_side: EnumProperty(name="Side", description="Which muscles the list shows and the buttons act on",
+                              items=(('ALL', "All", "Every muscle"), ('LEFT', "Left", "The face's left muscles (_L)"),
+                                     ('RIGHT', "Right", "The face's right muscles (_R)"),
+                                     ('MIDDLE', "Middle", "Muscles on the midline (no side)")))
     paralysis_group: StringProperty(name="Paralysis map", description="Vertex group: 1 = fully paralysed",
                                     update=_record_map_groups)
     # Fat
@@ -132,24 +139,22 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
         description="How much grown fat softens the tissue: 1 = Phace's levels (stiffness ×0.8, ×0.5, ×0.3 at "
                     "10, 20, 30 % growth), 0 = fat grows but stays as stiff as the tissue was. Slimming never "
                     "softens")
-    diffusion_steps: IntProperty(name="Diffusion steps", default=default("diffusion_steps"),
-                                 min=limits("diffusion_steps")[0], max=limits("diffusion_steps")[1],
-                                 description="How many diffusion steps carry the painted maps from the skin into "
-                                             "the tissue under it (0 = only the tets the skin lies in)")
-    diffusion_time_step: FloatProperty(name="Time step (m²)", default=default("diffusion_time_step_m2"),
-                                       min=limits("diffusion_time_step_m2")[0],
-                                       max=limits("diffusion_time_step_m2")[1], precision=7,
-                                       description="Diffusion time of each step, a squared length: steps × time "
-                                                   "step = t spreads a painted point by about √(2t) (the defaults: "
-                                                   "7.7 mm)")
+    # In mm, whatever the scene's units: it is a size on the face, like the Phace paper's.
+    diffusion_spread_mm: FloatProperty(
+        name="Spread (mm)", default=1000.0 * default("diffusion_spread_m"),
+        min=1000.0 * limits("diffusion_spread_m")[0], max=1000.0 * limits("diffusion_spread_m")[1], precision=1,
+        description="How far a painted map reaches from the skin into the tissue under it, in millimetres "
+                    "(all maps: fat, stiffness, density, paralysis). 0 = only the tets the skin lies in")
     # Stiffness & mass
     stiffness_group: StringProperty(name="Stiffness map", update=_record_map_groups)
-    stiffness_range: FloatVectorProperty(name="Stiffness ×", size=2, default=(1.0, 1.0),
+    # Defaults: unpainted tissue stays as fitted, fully painted twice as stiff (or heavy), so a
+    # freshly painted map does something visible and never undoes the fit where nothing is painted.
+    stiffness_range: FloatVectorProperty(name="Stiffness ×", size=2, default=(1.0, 2.0),
                                          min=MULTIPLIER_LOW, max=MULTIPLIER_HIGH, description="Multiplier where the map is 0 and where it is 1")
     density_group: StringProperty(name="Density map", update=_record_map_groups)
     # The object's vertex group names by index when the maps were last resolved (map_groups.py).
     map_group_record: StringProperty(options={'HIDDEN'})
-    density_range: FloatVectorProperty(name="Density ×", size=2, default=(1.0, 1.0),
+    density_range: FloatVectorProperty(name="Density ×", size=2, default=(1.0, 2.0),
                                        min=MULTIPLIER_LOW, max=MULTIPLIER_HIGH, description="Multiplier where the map is 0 and where it is 1")
     # Collisions
     teeth_contact: BoolProperty(name="Teeth contact", default=True,

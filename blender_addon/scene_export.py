@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import head_motion, preflight
+from . import head_motion, preflight, solver_numbers
 from .storage import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
 from .preflight import ERROR, Finding
 from .stepwise import END_TICK, drain
@@ -242,7 +242,7 @@ class FrameSamples:
     """What the scene holds on each frame of a bake range, read by stepping the scene (so
     keyframes and drivers both count)."""
     first: int
-    contractions: np.ndarray                   # (T, m) the muscles' contraction properties
+    muscle_activations: np.ndarray             # (T, m) the muscle sliders (0 = rest, 1 = full)
     key_values: Dict[str, np.ndarray]          # Blender shape-key name → (T,) evaluated value (0 when muted)
     skin_worlds: np.ndarray                    # (T, 4, 4)
     head_worlds: np.ndarray                    # (T, 4, 4)
@@ -287,7 +287,7 @@ def sample_frames_steps(context, obj, first: int, last: int):
     blocks = user_key_blocks(obj)
     colliders = collider_objects(obj)
     original_frame, original_subframe = scene.frame_current, scene.frame_subframe
-    contractions, skin_worlds, head_worlds = [], [], []
+    activations, skin_worlds, head_worlds = [], [], []
     values = {block.name: [] for block in blocks}
     collider_worlds = [[] for _ in colliders]
     collider_shapes = [[] for _ in colliders]
@@ -298,7 +298,7 @@ def sample_frames_steps(context, obj, first: int, last: int):
         for frame in range(first, last + 1):
             scene.frame_set(frame)
             depsgraph = context.evaluated_depsgraph_get()
-            contractions.append([muscle.contraction for muscle in settings.muscles])
+            activations.append([muscle.activation for muscle in settings.muscles])
             skin_worlds.append(np.array(obj.matrix_world, dtype=np.float64))
             head = settings.head_object
             head_worlds.append(np.array(head.matrix_world, dtype=np.float64) if head else skin_worlds[-1])
@@ -321,7 +321,8 @@ def sample_frames_steps(context, obj, first: int, last: int):
     frames = last - first + 1
     collider_meshes = [(np.array(shapes), triangles) for shapes, triangles in zip(collider_shapes, collider_triangles)]
     return FrameSamples(first=first,
-                        contractions=np.array(contractions, dtype=np.float64).reshape(frames, len(settings.muscles)),
+                        muscle_activations=np.array(activations, dtype=np.float64).reshape(frames,
+                                                                                           len(settings.muscles)),
                         key_values={name: np.array(series) for name, series in values.items()},
                         skin_worlds=np.array(skin_worlds), head_worlds=np.array(head_worlds),
                         collider_worlds=[np.array(worlds) for worlds in collider_worlds],
@@ -366,10 +367,10 @@ def _head_transforms(samples: FrameSamples, metres: float) -> np.ndarray:
 
 
 def activations_arrays(obj, samples: FrameSamples, metres: float, head: bool = True) -> Dict[str, np.ndarray]:
-    """ACTIVATIONS.npz: every muscle's contraction per frame, the jaw at rest, and (with `head`)
-    the head's motion relative to the skin."""
+    """ACTIVATIONS.npz: every muscle's contraction per frame (from its slider), the jaw at rest,
+    and (with `head`) the head's motion relative to the skin."""
     frames = samples.frame_count
-    arrays = {"muscle_contraction": samples.contractions,
+    arrays = {"muscle_contraction": solver_numbers.contraction_from_activation(samples.muscle_activations),
               "muscle_names": np.array([muscle.name for muscle in obj.face_physics.muscles], dtype=str),
               "jaw": np.zeros((frames, 5)), "fps": np.float64(samples.fps)}
     if head:
@@ -378,8 +379,8 @@ def activations_arrays(obj, samples: FrameSamples, metres: float, head: bool = T
 
 
 def muscles_move(samples: FrameSamples) -> bool:
-    """Whether any contraction differs from rest (1) on any frame."""
-    return bool(np.any(samples.contractions != 1.0))
+    """Whether any muscle slider is off rest (0) on any frame."""
+    return bool(np.any(samples.muscle_activations != 0.0))
 
 
 def weights_arrays(obj, samples: FrameSamples, fit_names, metres: float) -> Tuple[Dict[str, np.ndarray],
@@ -488,8 +489,7 @@ def fat_settings(obj) -> dict:
     """The Fat panel's settings as the animate job takes them: growth, softening, diffusion."""
     settings = obj.face_physics
     return {"fat_scale": float(settings.fat_scale), "fat_softening": float(settings.fat_softening),
-            "diffusion_steps": int(settings.diffusion_steps),
-            "diffusion_time_step_m2": float(settings.diffusion_time_step)}
+            "diffusion_spread_m": 1e-3 * float(settings.diffusion_spread_mm)}
 
 
 def simulation_settings(context, obj, with_fit: bool) -> dict:

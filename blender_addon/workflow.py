@@ -65,13 +65,13 @@ def apply_build(operator, obj, job, built_from) -> None:
 
 
 def update_muscle_list(settings, names) -> None:
-    """The model's muscles, keeping each surviving muscle's contraction and paralysis."""
-    previous = {muscle.name: (muscle.contraction, muscle.paralysed) for muscle in settings.muscles}
+    """The model's muscles, keeping each surviving muscle's slider and paralysis."""
+    previous = {muscle.name: (muscle.activation, muscle.paralysed) for muscle in settings.muscles}
     settings.muscles.clear()
     for name in names:
         muscle = settings.muscles.add()
         muscle.name = name
-        muscle.contraction, muscle.paralysed = previous.get(name, (1.0, False))
+        muscle.activation, muscle.paralysed = previous.get(name, (0.0, False))
 
 
 def model_file(obj):
