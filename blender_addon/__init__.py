@@ -60,12 +60,13 @@ def register():
     import atexit
 
     import bpy
-    from . import bake_operators, operators, panels, preferences, preview_operators, properties
+    from . import bake_operators, operators, panels, preferences, preset_operators, preview_operators, properties
     properties.register()
     for cls in (preferences.CLASSES + operators.CLASSES + bake_operators.CLASSES + preview_operators.CLASSES
-                + panels.CLASSES):
+                + preset_operators.CLASSES + panels.CLASSES):
         bpy.utils.register_class(cls)
         _registered.append(cls)
+    preset_operators.register_preset_folder()
     # Opening another file or quitting stops the running job and reaps its process group.
     bpy.app.handlers.load_pre.append(bpy.app.handlers.persistent(_stop_job_before_load))
     bpy.app.handlers.load_post.append(bpy.app.handlers.persistent(_list_takes_after_load))
@@ -77,8 +78,9 @@ def unregister():
     import atexit
 
     import bpy
-    from . import job_runner, properties
+    from . import job_runner, preset_operators, properties
     job_runner.stop_current_job()
+    preset_operators.unregister_preset_folder()
     if _stop_job_before_load in bpy.app.handlers.load_pre:
         bpy.app.handlers.load_pre.remove(_stop_job_before_load)
     if _list_takes_after_load in bpy.app.handlers.load_post:

@@ -142,6 +142,11 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
                                        description="Diffusion time of each step, a squared length: steps × time "
                                                    "step = t spreads a painted point by about √(2t) (the defaults: "
                                                    "7.7 mm)")
+    # Stub for the tissue presets' branch: the lead's diffusion branch defines the real one
+    # (replacing diffusion_steps / diffusion_time_step); this keeps the presets' values runnable.
+    diffusion_spread_mm: FloatProperty(name="Diffusion spread (mm)", default=7.7, min=0.0, max=50.0,
+                                       description="How far the painted maps spread into the tissue under "
+                                                   "the skin, mm")
     # Stiffness & mass
     stiffness_group: StringProperty(name="Stiffness map", update=_record_map_groups)
     stiffness_range: FloatVectorProperty(name="Stiffness ×", size=2, default=(1.0, 1.0),

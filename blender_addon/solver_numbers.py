@@ -38,7 +38,5 @@ def limits(setting: str) -> tuple:
 
 PAINTED_MULTIPLIER_LIMITS = tuple(NUMBERS["painted_multiplier_range"])
 MUSCLE_CONTRACTION_LIMITS = tuple(NUMBERS["muscle_contraction_range"])
-ZOMBIE_STIFFNESS_RANGE = tuple(NUMBERS["presets"]["zombie"]["stiffness_range"])
-ZOMBIE_DENSITY_RANGE = tuple(NUMBERS["presets"]["zombie"]["density_range"])
 PALSY_SUFFIXES = {'LEFT': NUMBERS["presets"]["bells_palsy"]["left_suffix"],
                   'RIGHT': NUMBERS["presets"]["bells_palsy"]["right_suffix"]}
