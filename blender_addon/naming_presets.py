@@ -2,7 +2,8 @@
 the tolerant matching that fills the Model panel's name-mapping rows from them (no bpy).
 
 Each table maps a convention's own name to Apple's ARKit spelling (mouthSmileLeft); the rows get
-the solver's spelling (mouthSmile_L), the one `preflight.solver_shape_key_name` checks. A name
+the solver's spelling (mouthSmile_L), the one `preflight.solver_shape_key_name` checks. Every
+convention also accepts ARKit's own names (so eyeBlinkL is eyeBlink_L in any of them). A name
 matches a table entry when both are equal after `matching_key`: case, separators (`_ - . space`),
 a `Left`/`Right` side word versus `L`/`R`, and a rig's prefix (`CTRL_expressions_`, a mesh name
 before `__` or `.`) do not count. A table only names shapes that are one ARKit shape: where a
@@ -123,6 +124,13 @@ def matching_key(name: str) -> str:
     return key
 
 
+def lookup(convention: str) -> Dict[str, str]:
+    """matching_key → solver name: ARKit's own names in any spelling (a MetaHuman-style face often
+    has mouthSmileL beside its curve names), then the convention's table, which wins."""
+    names = {**FACEIT, **TABLES[convention]}
+    return {matching_key(own): solver_shape_key_name(arkit, {}) for own, arkit in names.items()}
+
+
 @dataclass
 class NamingMatch:
     """What a convention makes of a mesh's shape-key names."""
@@ -144,8 +152,7 @@ def match_shape_keys(names: Iterable[str], convention: str,
     `kept` are mapping rows that stay as they are (shape key → solver name the user chose): those
     keys are not matched, and their targets count as taken. The first shape key to claim an ARKit
     name gets it; a later one is a duplicate, never a second row for the same name."""
-    table = TABLES[convention]
-    by_key = {matching_key(own): solver_shape_key_name(arkit, {}) for own, arkit in table.items()}
+    by_key = lookup(convention)
     names = list(names)
     result = NamingMatch()
     # A kept row the table agrees with is simply matched again (applying a preset twice is a no-op).

@@ -1,6 +1,11 @@
 """Child process of tests/test_addon_presets.py: the tissue presets in a Blender whose user
 folders are a temporary folder (BLENDER_USER_RESOURCES, set by the parent before bpy starts,
-the only time Blender reads it). Writes what happened to a JSON report."""
+the only time Blender reads it). Writes what happened to a JSON report.
+
+Arguments: the report's path, then optionally an extension zip: installed into the user's
+extension repository the way Blender installs one (the add-on is then
+`bl_ext.user_default.face_physics`); without it, the checkout's `blender_addon` is enabled."""
+import importlib
 import json
 import os
 import sys
@@ -9,10 +14,18 @@ import bpy
 import addon_utils  # noqa: E402  (only importable once bpy is)
 
 report_path = sys.argv[1]
-sys.path.insert(0, os.getcwd())
 bpy.ops.wm.read_homefile(use_empty=True)
-addon_utils.enable("blender_addon", default_set=True, handle_error=None)
-from blender_addon import preset_operators  # noqa: E402
+if len(sys.argv) > 2:
+    installed = bpy.ops.extensions.package_install_files(filepath=sys.argv[2], repo="user_default",
+                                                         enable_on_install=True)
+    assert installed == {'FINISHED'}, installed
+    package = "bl_ext.user_default.face_physics"
+    assert package in bpy.context.preferences.addons, list(bpy.context.preferences.addons.keys())
+else:
+    sys.path.insert(0, os.getcwd())
+    package = "blender_addon"
+    addon_utils.enable(package, default_set=True, handle_error=None)
+preset_operators = importlib.import_module(package + ".preset_operators")
 
 MENU = "FACE_PHYSICS_MT_tissue_presets"
 mesh = bpy.data.meshes.new("skin")

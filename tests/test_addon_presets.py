@@ -30,6 +30,9 @@ def test_each_table_names_arkit_shapes_once_and_its_keys_never_collide(conventio
     assert len(set(table.values())) == len(table)                       # one shape key per ARKit name
     keys = [naming_presets.matching_key(name) for name in table]
     assert len(set(keys)) == len(keys)
+    # ARKit's own names, accepted by every convention, never mean another shape in this one.
+    arkit = {naming_presets.matching_key(name): name for name in preflight.ARKIT_SHAPE_KEYS}
+    assert all(arkit[key] == table[own] for key, own in zip(keys, table) if key in arkit)
 
 
 def test_ict_table_covers_the_ict_facekit_expressions_it_can():
@@ -69,15 +72,15 @@ def test_faceit_names_in_another_case_are_mapped_and_apple_spellings_need_no_row
 
 def test_metahuman_names_kept_rows_and_duplicates():
     names = ["CTRL_expressions_eyeBlinkL", "eyeBlinkR", "mouthCornerPullL", "mouth_corner_pull_L",
-             "browRaiseInL", "jawOpen", "CTRL_expressions_mouthCornerDepressR"]
+             "browRaiseInL", "jawOpen", "CTRL_expressions_mouthCornerDepressR", "mouthSmileR"]
     kept = {"eyeBlinkR": "eyeSquint_R"}                  # the artist's own choice stays
     match = naming_presets.match_shape_keys(names, 'METAHUMAN', kept)
     assert match.mapped == {"CTRL_expressions_eyeBlinkL": "eyeBlink_L", "mouthCornerPullL": "mouthSmile_L",
-                            "CTRL_expressions_mouthCornerDepressR": "mouthFrown_R"}
+                            "CTRL_expressions_mouthCornerDepressR": "mouthFrown_R", "mouthSmileR": "mouthSmile_R"}
     assert match.kept == kept and match.duplicates == {"mouth_corner_pull_L": "mouthSmile_L"}
     assert "browInnerUp" in match.missing and "eyeSquint_R" not in match.missing
     text = naming_presets.summary(match, "MetaHuman-style")
-    assert "4 shape keys matched" in text and "1 rows you set kept" in text and "browInnerUp" in text
+    assert "5 shape keys matched" in text and "1 rows you set kept" in text and "browInnerUp" in text
     # A row the table agrees with is not "kept": applying twice gives the same rows.
     again = naming_presets.match_shape_keys(names, 'METAHUMAN', {**kept, **match.mapped})
     assert again.mapped == match.mapped and again.kept == kept
@@ -111,17 +114,28 @@ bpy = pytest.importorskip("bpy")
 import addon_utils  # noqa: E402  (comes with bpy)
 
 
-def test_tissue_presets_apply_save_to_the_user_folder_and_bundled_ones_stay(tmp_path):
+@pytest.mark.parametrize("install", ["checkout", "extension zip"])
+def test_tissue_presets_apply_save_to_the_user_folder_and_bundled_ones_stay(tmp_path, install):
+    """In the checkout's add-on, and in the extension zip installed as Blender installs one
+    (the zip without wheels: no preset needs the solver)."""
     user = tmp_path / "user"
     report = tmp_path / "presets.json"
-    child = subprocess.run([sys.executable, str(ROOT / "tests" / "addon_presets_child.py"), str(report)],
+    arguments = [str(report)]
+    bundled_dir = BUNDLED_DIR
+    if install == "extension zip":
+        import addon_build
+        addon_build.write_platform_zip(str(tmp_path / "face_physics.zip"), str(ROOT), addon_build.PLATFORMS[0], [])
+        arguments.append(str(tmp_path / "face_physics.zip"))
+        bundled_dir = user / "extensions" / "user_default" / "face_physics" / "presets" / "face_physics" / "tissue"
+    child = subprocess.run([sys.executable, str(ROOT / "tests" / "addon_presets_child.py"), *arguments],
                            cwd=ROOT, env=dict(os.environ, BLENDER_USER_RESOURCES=str(user)),
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=180)
     assert child.returncode == 0 and report.is_file(), child.stderr[-3000:]
     result = json.loads(report.read_text())
     user_folder = user / "scripts" / "presets" / "face_physics" / "tissue"
-    assert result["preset_paths"] == [str(BUNDLED_DIR)]
-    assert result["preset_paths_after_save"] == [str(user_folder), str(BUNDLED_DIR)]
+    assert result["bundled_dir"] == str(bundled_dir)
+    assert result["preset_paths"] == [str(bundled_dir)]
+    assert result["preset_paths_after_save"] == [str(user_folder), str(bundled_dir)]
     applied = result["applied"]
     assert all(entry["result"] == ["FINISHED"] for entry in applied.values())
     assert applied["Zombie"]["tissue"]["stiffness_range"] == pytest.approx([0.7, 5.7])
