@@ -20,8 +20,9 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 from .preflight import ARKIT_SHAPE_KEYS, SOLVER_SHAPE_KEYS, solver_shape_key_name
 
 # Faceit (the Blender add-on) names its ARKit target shape keys exactly as Apple does
-# (eyeBlinkLeft, mouthSmileRight, …). Unsure: Faceit lets the user rename its targets; renamed
-# ones are beyond any table. What this preset adds over the built-in recognition of Apple's
+# (eyeBlinkLeft, mouthSmileRight, …). Unsure: that is its ARKit expression set as we know it; the
+# documentation search found no Faceit page to confirm it, and Faceit lets the user rename its
+# targets, which no table can follow. What this preset adds over the built-in recognition of Apple's
 # spelling is the tolerance: EyeBlinkLeft (Unity/Unreal enum case), eye_blink_left, EYE-BLINK-L.
 FACEIT: Dict[str, str] = {name: name for name in ARKIT_SHAPE_KEYS}
 
