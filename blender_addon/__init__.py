@@ -65,13 +65,14 @@ def register():
     import atexit
 
     import bpy
-    from . import (bake_operators, lip_groups, muscle_controls, operators, panels, preferences, preview_operators,
-                   properties)
+    from . import (bake_operators, lip_groups, muscle_controls, operators, panels, preferences, preset_operators,
+                   preview_operators, properties)
     properties.register()
     for cls in (preferences.CLASSES + operators.CLASSES + bake_operators.CLASSES + preview_operators.CLASSES
-                + lip_groups.CLASSES + muscle_controls.CLASSES + panels.CLASSES):
+                + preset_operators.CLASSES + lip_groups.CLASSES + muscle_controls.CLASSES + panels.CLASSES):
         bpy.utils.register_class(cls)
         _registered.append(cls)
+    preset_operators.register_preset_folder()
     # Opening another file or quitting stops the running job and reaps its process group.
     bpy.app.handlers.load_pre.append(bpy.app.handlers.persistent(_stop_job_before_load))
     bpy.app.handlers.load_post.append(bpy.app.handlers.persistent(_after_load))
@@ -83,8 +84,9 @@ def unregister():
     import atexit
 
     import bpy
-    from . import job_runner, properties
+    from . import job_runner, preset_operators, properties
     job_runner.stop_current_job()
+    preset_operators.unregister_preset_folder()
     if _stop_job_before_load in bpy.app.handlers.load_pre:
         bpy.app.handlers.load_pre.remove(_stop_job_before_load)
     if _after_load in bpy.app.handlers.load_post:

@@ -230,26 +230,6 @@ class FACE_PHYSICS_OT_palsy_preset(bpy.types.Operator):
         return {'FINISHED'}
 
 
-class FACE_PHYSICS_OT_zombie_preset(bpy.types.Operator):
-    """Zombie (Phace Fig. 13): the paper's stiffness and density ranges over the painted maps"""
-    bl_idname = "face_physics.zombie_preset"
-    bl_label = "Zombie"
-    bl_options = {'REGISTER', 'UNDO'}
-
-    @classmethod
-    def poll(cls, context):
-        return skin_object(context) is not None
-
-    def execute(self, context):
-        settings = skin_object(context).face_physics
-        settings.stiffness_range = solver_numbers.ZOMBIE_STIFFNESS_RANGE
-        settings.density_range = solver_numbers.ZOMBIE_DENSITY_RANGE
-        if not settings.stiffness_group or not settings.density_group:
-            self.report({'INFO'}, "Zombie ranges set; paint the stiffness map (lips, eyes high) and the density "
-                                  "map (cheeks high) to place them")
-        return {'FINISHED'}
-
-
 MAP_FIELDS = (('fat_group', "Fat", "FacePhysics_fat"), ('paralysis_group', "Paralysis", "FacePhysics_paralysis"),
               ('stiffness_group', "Stiffness", "FacePhysics_stiffness"),
               ('density_group', "Density", "FacePhysics_density"))
@@ -404,6 +384,6 @@ class FACE_PHYSICS_OT_import_rig(bpy.types.Operator):
 
 CLASSES = (FACE_PHYSICS_OT_build, FACE_PHYSICS_OT_fat_preview, FACE_PHYSICS_OT_fat_preview_remove,
            FACE_PHYSICS_OT_cancel_job, FACE_PHYSICS_OT_install_solver, FACE_PHYSICS_OT_check_solver,
-           FACE_PHYSICS_OT_fit, FACE_PHYSICS_OT_fit_list, FACE_PHYSICS_OT_palsy_preset, FACE_PHYSICS_OT_zombie_preset,
+           FACE_PHYSICS_OT_fit, FACE_PHYSICS_OT_fit_list, FACE_PHYSICS_OT_palsy_preset,
            FACE_PHYSICS_OT_paint_map, FACE_PHYSICS_OT_check, FACE_PHYSICS_OT_map_shape_key_names,
            FACE_PHYSICS_OT_collider_add, FACE_PHYSICS_OT_muscle_overlay, FACE_PHYSICS_OT_import_rig)

@@ -6,6 +6,7 @@ import bpy
 from . import fat_preview, muscle_overlay
 from .lip_groups import draw_lips
 from .muscle_controls import draw_muscles
+from .preset_operators import draw_tissue_presets
 from .preview_operators import draw_preview_legend
 from .preferences import draw_solver_status
 from .ui_text import wrap
@@ -120,7 +121,10 @@ class VIEW3D_PT_face_physics_model(_FacePhysicsPanel, bpy.types.Panel):
             layout.label(text="Shape-key name mapping (non-ARKit names):")
             layout.template_list("FACE_PHYSICS_UL_names", "", settings, "name_mappings", settings,
                                  "name_mapping_index", rows=2)
-            layout.operator("face_physics.map_shape_key_names", icon='SORTALPHA')
+            row = layout.row(align=True)
+            row.operator("face_physics.map_shape_key_names", icon='SORTALPHA')
+            row.operator_menu_enum("face_physics.apply_naming_preset", "convention", text="Naming Preset",
+                                   icon='PRESET')
 
 
 class VIEW3D_PT_face_physics_fit(_FacePhysicsPanel, bpy.types.Panel):
@@ -215,6 +219,7 @@ class VIEW3D_PT_face_physics_fat(_FacePhysicsPanel, bpy.types.Panel):
         obj = context.active_object
         settings = obj.face_physics
         draw_job_status(layout, context)
+        draw_tissue_presets(layout)
         _map_row(layout, obj, "fat_group", 'fat_group')
         layout.prop(settings, "fat_scale", slider=True)
         layout.prop(settings, "fat_softening", slider=True)
@@ -235,11 +240,11 @@ class VIEW3D_PT_face_physics_stiffness(_FacePhysicsPanel, bpy.types.Panel):
         layout = self.layout
         obj = context.active_object
         settings = obj.face_physics
+        draw_tissue_presets(layout)
         _map_row(layout, obj, "stiffness_group", 'stiffness_group')
         layout.prop(settings, "stiffness_range")
         _map_row(layout, obj, "density_group", 'density_group')
         layout.prop(settings, "density_range")
-        layout.operator("face_physics.zombie_preset", icon='GHOST_ENABLED')
         row = layout.row(align=True)
         row.operator("face_physics.map_preview", text="Preview Stiffness", icon='COLOR').kind = 'STIFFNESS'
         row.operator("face_physics.map_preview", text="Preview Density", icon='COLOR').kind = 'DENSITY'

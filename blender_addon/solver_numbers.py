@@ -43,8 +43,6 @@ MUSCLE_CONTRACTION_LIMITS = tuple(NUMBERS["muscle_contraction_range"])
 FULL_MUSCLE_CONTRACTION = float(NUMBERS["full_muscle_contraction"])
 # A slider may go past full contraction up to the solver's limit.
 MAX_MUSCLE_ACTIVATION = math.log(MUSCLE_CONTRACTION_LIMITS[1]) / math.log(FULL_MUSCLE_CONTRACTION)
-ZOMBIE_STIFFNESS_RANGE = tuple(NUMBERS["presets"]["zombie"]["stiffness_range"])
-ZOMBIE_DENSITY_RANGE = tuple(NUMBERS["presets"]["zombie"]["density_range"])
 PALSY_SUFFIXES = {'LEFT': NUMBERS["presets"]["bells_palsy"]["left_suffix"],
                   'RIGHT': NUMBERS["presets"]["bells_palsy"]["right_suffix"]}
 

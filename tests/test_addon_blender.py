@@ -151,9 +151,12 @@ def test_the_panels_ranges_are_the_ones_the_solver_accepts(addon):
 
 
 def test_zombie_preset_sets_the_solvers_ranges(scene):
+    """The bundled Zombie tissue preset (tests/test_addon_presets.py has the rest of them)."""
     settings = scene["object"].face_physics
     before = tuple(settings.stiffness_range), tuple(settings.density_range)
-    assert bpy.ops.face_physics.zombie_preset() == {'FINISHED'}
+    zombie = ROOT / "blender_addon" / "presets" / "face_physics" / "tissue" / "Zombie.py"
+    assert bpy.ops.script.execute_preset(filepath=str(zombie), menu_idname="FACE_PHYSICS_MT_tissue_presets") \
+        == {'FINISHED'}
     assert tuple(settings.stiffness_range) == pytest.approx(maps.ZOMBIE_STIFFNESS_RANGE)
     assert tuple(settings.density_range) == pytest.approx((1.0, maps.ZOMBIE_DENSITY_MAX))
     settings.stiffness_range, settings.density_range = before

@@ -73,7 +73,7 @@ def test_each_platform_zip_holds_the_addon_the_solver_and_that_platforms_wheels(
         names = set(archive.namelist())
         manifest = _manifest(archive)
     assert {"blender_manifest.toml", "__init__.py", "solver_bundle/requirements.txt",
-            "solver_bundle/solver/jobs.py"} <= names
+            "solver_bundle/solver/jobs.py", "presets/face_physics/tissue/Zombie.py"} <= names
     assert not any("__pycache__" in name or name.endswith((".pyc", ".nbi", ".nbc")) for name in names)
     assert manifest["platforms"] == [platform] and manifest["tags"] == ["Animation"]
     assert "category" not in manifest and "website" not in manifest and manifest["license"]    # no dead link
