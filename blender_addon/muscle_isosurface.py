@@ -10,8 +10,9 @@ tetrahedra: the field is linear in each tet, so the surface is one flat triangle
 tet the level cuts, with one vertex per cut edge shared by the tets around it (so the surface
 is connected), closed off with the part of the model's own boundary where the field is above
 the level (a muscle attached to the skull, or cut by the model's edge), and oriented outward
-(against the field's gradient). A light Taubin smoothing (surface_smoothing.py) then takes
-out the tet-scale facets, and each muscle is scaled back to the volume it enclosed before.
+(against the field's gradient). The surface is then split once and lightly Taubin-smoothed
+(surface_smoothing.py), which takes out the tet-scale facets, and each muscle is scaled back
+to the volume it enclosed before.
 
 The level is the one whose surface encloses the muscle's own volume (Σ fraction × tet volume;
 `volume_above` gives that volume for any level exactly, so a bisection finds it without
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .surface_smoothing import taubin_smooth
+from .surface_smoothing import subdivide, taubin_smooth
 
 # Laplacian steps on the node field over the tet edges, each moving a node this share of the
 # way to its neighbours' mean: rounds the corners of a muscle a tet or two wide.
@@ -34,9 +35,12 @@ FIELD_STEP_SHARE = 0.5
 LOWEST_LEVEL = 0.2
 HIGHEST_LEVEL = 0.6
 LEVEL_BISECTIONS = 12
-# Taubin λ|μ pairs on the isosurface: it is already smooth at the scale of a few tets, so a few
-# pairs remove the facets of single tets.
-SURFACE_PASSES = 8
+# The isosurface is split once (each triangle into four) and smoothed by this many Taubin λ|μ
+# pairs: a muscle one tet thick is a tube only three or four triangles round, which smoothing
+# alone cannot round. On the 20,000-tet demo head the mean dihedral angle is 35° as marched,
+# 27° after 8 pairs, 17° split once and after 10 pairs (35,000 triangles, 0.3 s).
+SURFACE_PASSES = 10
+SUBDIVISIONS = 1
 
 _TET_EDGES = np.array([[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]])
 # A tet's faces, each ordered to face away from the fourth corner in a positively oriented tet.
@@ -205,7 +209,7 @@ def marching_tets(positions, tets, values, level, outer_faces=None):
 
     if len(cap_codes) == 0:
         return edge_points, triangles
-    # Cap corners: a negative code is a node (−1 − node), a non-negative one the cut edge at that row.
+    # Cap corners: a code ≥ 0 is a node, −1 − k the k-th cut edge of the caps.
     cap_vertex = vertex_of[3 * len(triangle_edges):]
     used_nodes, node_vertex = np.unique(cap_codes[cap_codes >= 0], return_inverse=True)
     cap_triangles = np.empty(cap_codes.shape, dtype=np.int64)
@@ -249,7 +253,7 @@ def _caps(outer_faces, inside):
     return edges, triangles
 
 
-class _NodeTets:
+class _RowsByNode:
     """Which rows of a (K, c) node-index array (tets, or faces) touch given nodes: the rows
     sorted by node once, so each muscle's look-up costs its own size, not the mesh's."""
 
@@ -273,7 +277,8 @@ class _NodeTets:
 
 def muscle_isosurfaces(positions, tets, fraction, smooth: bool = True):
     """(vertices (V,3), triangles (T,3), muscle index per triangle): every muscle that fills any
-    tet as a closed outward surface of its own vertices, Taubin-smoothed unless `smooth` is False."""
+    tet as a closed outward surface of its own vertices, split and Taubin-smoothed unless
+    `smooth` is False (then as marched)."""
     positions = np.asarray(positions, dtype=np.float64)
     tets = np.asarray(tets, dtype=np.int64)
     fraction = np.asarray(fraction, dtype=np.float64)
@@ -282,8 +287,8 @@ def muscle_isosurfaces(positions, tets, fraction, smooth: bool = True):
     muscle_volumes = volumes @ fraction
     field = node_fields(positions, tets, fraction, muscles=present)
     outer_faces = boundary_faces(positions, tets)
-    tets_at = _NodeTets(tets)
-    faces_at = _NodeTets(outer_faces)
+    tets_at = _RowsByNode(tets)
+    faces_at = _RowsByNode(outer_faces)
     vertices, triangles, labels, offset = [], [], [], 0
     for column, muscle in enumerate(present):
         values = field[:, column]
@@ -304,6 +309,9 @@ def muscle_isosurfaces(positions, tets, fraction, smooth: bool = True):
         return positions[:0], np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64)
     vertices, triangles, labels = np.concatenate(vertices), np.concatenate(triangles), np.concatenate(labels)
     if smooth:
+        for _ in range(SUBDIVISIONS):
+            vertices, triangles = subdivide(vertices, triangles)
+            labels = np.tile(labels, 4)
         vertices = smooth_keeping_volumes(vertices, triangles, labels)
     return vertices, triangles, labels
 

@@ -5,11 +5,11 @@ Read from MODEL.npz with numpy alone. Each muscle that fills any tet is a closed
 its own (muscle_isosurface.py): its fraction of each tet spread to the tet nodes, the
 isosurface of that field by marching tetrahedra on the model's own tets at the level that
 encloses the muscle's volume (a muscle a tet or two thick is drawn somewhat thicker, so it
-stays one piece), closed by the model's boundary where it reaches it, then lightly
-Taubin-smoothed. One material per muscle, its viewport display colour the muscle's (left and
-right of a pair share the hue), so Solid view shows the colours with its default Material
-colouring; the muscle chosen in the Muscles list is drawn bright and the others dimmed and
-see-through (`highlight_muscle`).
+stays one piece), closed by the model's boundary where it reaches it, then split once and
+lightly Taubin-smoothed. One material per muscle, its viewport display colour the muscle's
+(left and right of a pair share the hue), so Solid view shows the colours with its default
+Material colouring; the muscle chosen in the Muscles list is drawn bright and the others
+dimmed and see-through (`highlight_muscle`).
 """
 from __future__ import annotations
 

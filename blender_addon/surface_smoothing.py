@@ -55,6 +55,26 @@ def taubin_smooth(vertices, triangles, passes: int = TAUBIN_PASSES, lam: float =
     return smoothed
 
 
+def subdivide(vertices, triangles):
+    """Each triangle split into four at its edge midpoints (shared edges share their midpoint):
+    a muscle only a tet or two thick, a tube a few triangles round, gets enough vertices for
+    smoothing to round it."""
+    vertices = np.asarray(vertices, dtype=np.float64)
+    triangles = np.asarray(triangles, dtype=np.int64)
+    edges = unique_edges(triangles)
+    count = len(vertices)
+    keys = edges[:, 0] * count + edges[:, 1]
+
+    def middle(a, b):
+        return count + np.searchsorted(keys, np.minimum(a, b) * count + np.maximum(a, b))
+
+    a, b, c = triangles.T
+    ab, bc, ca = middle(a, b), middle(b, c), middle(c, a)
+    finer = np.concatenate([np.stack([a, ab, ca], 1), np.stack([ab, b, bc], 1), np.stack([ca, bc, c], 1),
+                            np.stack([ab, bc, ca], 1)])
+    return np.concatenate([vertices, 0.5 * (vertices[edges[:, 0]] + vertices[edges[:, 1]])]), finer
+
+
 def face_normals(vertices, triangles) -> np.ndarray:
     """Unit normals of the triangles (zero for a degenerate one)."""
     corners = np.asarray(vertices, dtype=np.float64)[np.asarray(triangles)]

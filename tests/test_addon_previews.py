@@ -64,8 +64,8 @@ def test_the_muscle_overlay_is_smooth_closed_keeps_each_muscles_volume_and_highl
             names = [str(name) for name in model["muscle_names"]]
         raw = surface_smoothing.dihedral_angles(*_tet_boundary(positions, tets, fraction))
         smooth = surface_smoothing.dihedral_angles(vertices, triangles)
-        # Measured: 84° → 36° on this 3,400-tet head, 77° → 27° on the 20,000-tet demo head.
-        assert smooth.mean() < 0.5 * raw.mean(), (np.degrees(raw.mean()), np.degrees(smooth.mean()))
+        # Measured: 84° → 22° on this 3,400-tet head, 77° → 17° on the 20,000-tet demo head.
+        assert smooth.mean() < 0.4 * raw.mean(), (np.degrees(raw.mean()), np.degrees(smooth.mean()))
         materials = overlay.data.materials
         present = [names[muscle] for muscle in np.flatnonzero(fraction.max(axis=0) > 0)]
         assert [material["face_physics_muscle"] for material in materials] == present, \

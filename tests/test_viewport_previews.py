@@ -42,6 +42,11 @@ def test_taubin_smoothing_rounds_the_creases_and_keeps_the_volume():
     from blender_addon import muscle_isosurface
     vertices, triangles = _voxel_block()
     assert surface_smoothing.enclosed_volume(vertices, triangles) == pytest.approx(64.0)
+    finer_vertices, finer = surface_smoothing.subdivide(vertices, triangles)
+    assert len(finer) == 4 * len(triangles) and len(finer_vertices) == len(vertices) + len(
+        surface_smoothing.unique_edges(triangles))
+    assert surface_smoothing.enclosed_volume(finer_vertices, finer) == pytest.approx(64.0, rel=1e-12)
+    assert len(surface_smoothing.dihedral_angles(finer_vertices, finer)) == len(finer) * 3 // 2, "still closed"
     smoothed = muscle_isosurface.smooth_keeping_volumes(vertices, triangles, np.zeros(len(triangles), dtype=np.int64))
     raw_angles = surface_smoothing.dihedral_angles(vertices, triangles)
     smooth_angles = surface_smoothing.dihedral_angles(smoothed, triangles)
