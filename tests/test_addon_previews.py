@@ -42,12 +42,15 @@ def _tet_boundary(positions, tets, fraction):
     most of (where muscles fill half a tet), its staircase of tet faces."""
     owner, inside = np.argmax(fraction, axis=1), fraction.sum(axis=1) >= 0.5
     tet_faces = np.array([[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]])
-    boundaries = []
+    vertices, boundaries, offset = [], [], 0
     for muscle in np.unique(owner[inside]):
         faces = tets[inside & (owner == muscle)][:, tet_faces].reshape(-1, 3)
         _, first, counts = np.unique(np.sort(faces, axis=1), axis=0, return_index=True, return_counts=True)
-        boundaries.append(faces[first[counts == 1]])
-    return positions, np.concatenate(boundaries)
+        used, local = np.unique(faces[first[counts == 1]], return_inverse=True)     # vertices of its own
+        vertices.append(positions[used])
+        boundaries.append(local.reshape(-1, 3) + offset)
+        offset += len(used)
+    return np.concatenate(vertices), np.concatenate(boundaries)
 
 
 def test_the_muscle_overlay_is_smooth_closed_keeps_each_muscles_volume_and_highlights_the_chosen_one(scene):
