@@ -1,15 +1,15 @@
 """The muscle overlay: the model's muscles as smooth coloured surfaces in an object parented
 to the skin.
 
-Read from MODEL.npz with numpy alone. A tet belongs to the muscle that fills most of it
-when muscles fill at least half of it; each muscle's surface is the boundary of its tets,
-with its own copy of the vertices it shares with a neighbouring muscle (so each smooths as a
-closed surface of its own), subdivided and smoothed by Taubin's λ|μ steps, then scaled back
-to the volume of its tets (surface_smoothing.py: the staircase of tet faces goes, the volume
-stays). One material per muscle, its viewport
-display colour the muscle's (left and right of a pair share the hue), so Solid view shows
-the colours with its default Material colouring; the muscle chosen in the Muscles list is
-drawn bright and the others dimmed and see-through (`highlight_muscle`).
+Read from MODEL.npz with numpy alone. Each muscle that fills any tet is a closed surface of
+its own (muscle_isosurface.py): its fraction of each tet spread to the tet nodes, the
+isosurface of that field by marching tetrahedra on the model's own tets at the level that
+encloses the muscle's volume (a muscle a tet or two thick is drawn somewhat thicker, so it
+stays one piece), closed by the model's boundary where it reaches it, then split once and
+lightly Taubin-smoothed. One material per muscle, its viewport display colour the muscle's
+(left and right of a pair share the hue), so Solid view shows the colours with its default
+Material colouring; the muscle chosen in the Muscles list is drawn bright and the others
+dimmed and see-through (`highlight_muscle`).
 """
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ import bpy
 import numpy as np
 
 from .child_objects import attach_child, find_child, remove_child
-from .surface_smoothing import smooth_closed_surface
+from .muscle_isosurface import muscle_isosurfaces
 
 OVERLAY_TAG = "face_physics_overlay_of"
-_TET_FACES = np.array([[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]])
 # The muscles not chosen in the Muscles list: this much of their colour, mixed with grey, and
 # this alpha (Solid view draws a material with alpha below 1 see-through).
 DIMMED_SHARE = 0.35
@@ -35,32 +34,17 @@ def find_overlay(obj):
 
 
 def muscle_surface(model_path, metres_per_unit: float, smooth: bool = True):
-    """(vertices local (N,3), triangles (T,3), muscle index per triangle, muscle names); each
-    muscle a closed surface with vertices of its own, smoothed unless `smooth` is False (then the
-    raw boundary of its tets)."""
+    """(vertices local (N,3), triangles (T,3), muscle index per triangle, muscle names): every
+    muscle that fills any tet as a closed outward surface with vertices of its own — the
+    isosurface of its fraction field enclosing its volume, Taubin-smoothed unless `smooth` is
+    False (muscle_isosurface.py)."""
     with np.load(model_path, allow_pickle=False) as model:
         positions = model["rest_positions"] / metres_per_unit
         tets = model["tets"]
         fraction = model["muscle_fraction"].astype(np.float64)
         names = [str(name) for name in model["muscle_names"]]
-    owner = np.argmax(fraction, axis=1)
-    inside = fraction.sum(axis=1) >= 0.5
-    vertices, triangles, labels, offset = [], [], [], 0
-    for muscle in np.unique(owner[inside]):
-        faces = tets[inside & (owner == muscle)][:, _TET_FACES].reshape(-1, 3)
-        _, first, counts = np.unique(np.sort(faces, axis=1), axis=0, return_index=True, return_counts=True)
-        boundary = faces[first[counts == 1]]
-        used, remapped = np.unique(boundary, return_inverse=True)
-        points, local = positions[used], remapped.reshape(-1, 3)
-        if smooth:
-            points, local = smooth_closed_surface(points, local)
-        vertices.append(points)
-        triangles.append(local + offset)
-        labels.append(np.full(len(local), muscle))
-        offset += len(points)
-    if not triangles:
-        return positions[:0], np.zeros((0, 3), dtype=np.int64), np.zeros(0, dtype=np.int64), names
-    return np.concatenate(vertices), np.concatenate(triangles), np.concatenate(labels), names
+    vertices, triangles, labels = muscle_isosurfaces(positions, tets, fraction, smooth=smooth)
+    return vertices, triangles, labels, names
 
 
 def _colour(name: str, names) -> tuple:

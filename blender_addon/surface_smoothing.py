@@ -1,11 +1,11 @@
 """Taubin (λ|μ) smoothing of a triangle surface and the measures that say how smooth it is,
 in numpy alone (the add-on cannot use scipy).
 
-The boundary of a muscle's tets is a staircase of tet faces. Plain Laplacian smoothing
-rounds it off but shrinks it towards its centre; Taubin's pair of steps — a shrinking step
-λ > 0 then an inflating step μ < −λ — removes the stair-step noise (high frequencies) while
-keeping the low-frequency shape, so a muscle keeps its volume (Taubin 1995, "A signal
-processing approach to fair surface design").
+A muscle's isosurface (muscle_isosurface.py) is smooth at the scale of a few tets but faceted
+at the scale of one. Plain Laplacian smoothing rounds the facets off but shrinks the surface
+towards its centre; Taubin's pair of steps — a shrinking step λ > 0 then an inflating step
+μ < −λ — removes the high frequencies while keeping the low-frequency shape, so a muscle keeps
+its volume (Taubin 1995, "A signal processing approach to fair surface design").
 """
 from __future__ import annotations
 
@@ -15,23 +15,25 @@ import numpy as np
 TAUBIN_LAMBDA = 0.5
 TAUBIN_MU = -0.53
 TAUBIN_PASSES = 30
-# A surface of fewer triangles than this (a muscle of a few dozen tets) is subdivided twice
-# before smoothing, a larger one once: the demo head's 3,000-tet muscles are 1–40 tets, and
-# after one level their mean dihedral angle only halves (90° → 45°), after two it is 25–33°.
-SMALL_SURFACE = 400
 
 
 def unique_edges(triangles: np.ndarray) -> np.ndarray:
     """(E, 2) undirected edges of the triangles, each once, smaller index first."""
-    edges = np.asarray(triangles, dtype=np.int64)[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2)
-    return np.unique(np.sort(edges, axis=1), axis=0)
+    edges = np.sort(np.asarray(triangles, dtype=np.int64)[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2), axis=1)
+    if len(edges) == 0:
+        return edges
+    count = int(edges.max()) + 1
+    keys = np.unique(edges[:, 0] * count + edges[:, 1])     # one int per edge: far faster than axis=0
+    return np.stack([keys // count, keys % count], axis=1)
 
 
 def _umbrella(vertices: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Mean of each vertex's neighbours minus the vertex (0 for a vertex without edges)."""
-    total = np.zeros_like(vertices)
-    np.add.at(total, edges[:, 0], vertices[edges[:, 1]])
-    np.add.at(total, edges[:, 1], vertices[edges[:, 0]])
+    # Both directions of every edge, summed per vertex by bincount (far faster than np.add.at).
+    ends = np.concatenate([edges[:, 0], edges[:, 1]])
+    others = np.concatenate([edges[:, 1], edges[:, 0]])
+    total = np.stack([np.bincount(ends, weights=vertices[others, axis], minlength=len(vertices))
+                      for axis in range(vertices.shape[1])], axis=1)
     degree = np.bincount(edges.ravel(), minlength=len(vertices)).astype(np.float64)
     lonely = degree == 0
     degree[lonely] = 1.0
@@ -55,38 +57,22 @@ def taubin_smooth(vertices, triangles, passes: int = TAUBIN_PASSES, lam: float =
 
 def subdivide(vertices, triangles):
     """Each triangle split into four at its edge midpoints (shared edges share their midpoint):
-    a muscle only a few tets big gets enough vertices to round off."""
+    a muscle only a tet or two thick, a tube a few triangles round, gets enough vertices for
+    smoothing to round it."""
     vertices = np.asarray(vertices, dtype=np.float64)
     triangles = np.asarray(triangles, dtype=np.int64)
     edges = unique_edges(triangles)
-    midpoint_of = {(int(a), int(b)): len(vertices) + row for row, (a, b) in enumerate(edges)}
+    count = len(vertices)
+    keys = edges[:, 0] * count + edges[:, 1]
 
     def middle(a, b):
-        return np.array([midpoint_of[(min(x, y), max(x, y))] for x, y in zip(a.tolist(), b.tolist())],
-                        dtype=np.int64)
+        return count + np.searchsorted(keys, np.minimum(a, b) * count + np.maximum(a, b))
 
     a, b, c = triangles.T
     ab, bc, ca = middle(a, b), middle(b, c), middle(c, a)
     finer = np.concatenate([np.stack([a, ab, ca], 1), np.stack([ab, b, bc], 1), np.stack([ca, bc, c], 1),
                             np.stack([ab, bc, ca], 1)])
     return np.concatenate([vertices, 0.5 * (vertices[edges[:, 0]] + vertices[edges[:, 1]])]), finer
-
-
-def smooth_closed_surface(vertices, triangles, passes: int = TAUBIN_PASSES, levels: int = None):
-    """(vertices, triangles) of a closed surface subdivided `levels` times, Taubin-smoothed, and scaled
-    about its centre back to the volume it enclosed: Taubin keeps the volume of a large
-    surface, but one of a few tets is all "noise" at the tet scale and would still shrink."""
-    if levels is None:
-        levels = 2 if len(triangles) < SMALL_SURFACE else 1
-    finer_vertices, finer = vertices, triangles
-    for _ in range(levels):
-        finer_vertices, finer = subdivide(finer_vertices, finer)
-    smoothed = taubin_smooth(finer_vertices, finer, passes)
-    before, after = enclosed_volume(vertices, triangles), enclosed_volume(smoothed, finer)
-    if before > 0 and after > 0:
-        centre = smoothed.mean(axis=0)
-        smoothed = centre + (smoothed - centre) * (before / after) ** (1.0 / 3.0)
-    return smoothed, finer
 
 
 def face_normals(vertices, triangles) -> np.ndarray:

@@ -37,7 +37,23 @@ def _point_colours(obj, name) -> np.ndarray:
     return colours.reshape(-1, 4)
 
 
-def test_the_muscle_overlay_is_smooth_keeps_each_muscles_volume_and_highlights_the_chosen_one(scene):
+def _tet_boundary(positions, tets, fraction):
+    """The overlay as it was before issue 39: each muscle the boundary of the tets it fills
+    most of (where muscles fill half a tet), its staircase of tet faces."""
+    owner, inside = np.argmax(fraction, axis=1), fraction.sum(axis=1) >= 0.5
+    tet_faces = np.array([[1, 2, 3], [0, 3, 2], [0, 1, 3], [0, 2, 1]])
+    vertices, boundaries, offset = [], [], 0
+    for muscle in np.unique(owner[inside]):
+        faces = tets[inside & (owner == muscle)][:, tet_faces].reshape(-1, 3)
+        _, first, counts = np.unique(np.sort(faces, axis=1), axis=0, return_index=True, return_counts=True)
+        used, local = np.unique(faces[first[counts == 1]], return_inverse=True)     # vertices of its own
+        vertices.append(positions[used])
+        boundaries.append(local.reshape(-1, 3) + offset)
+        offset += len(used)
+    return np.concatenate(vertices), np.concatenate(boundaries)
+
+
+def test_the_muscle_overlay_is_smooth_closed_keeps_each_muscles_volume_and_highlights_the_chosen_one(scene):
     from blender_addon import muscle_overlay, surface_smoothing
     obj = scene["object"]
     settings = obj.face_physics
@@ -45,20 +61,38 @@ def test_the_muscle_overlay_is_smooth_keeps_each_muscles_volume_and_highlights_t
     try:
         overlay = muscle_overlay.find_overlay(obj)
         vertices, triangles, slots = _mesh_arrays(overlay.data)
-        raw_vertices, raw_triangles, raw_labels, names = muscle_overlay.muscle_surface(
-            bpy.path.abspath(settings.model_path), settings.metres_per_unit, smooth=False)
-        raw = surface_smoothing.dihedral_angles(raw_vertices, raw_triangles)
+        with np.load(bpy.path.abspath(settings.model_path), allow_pickle=False) as model:
+            positions = model["rest_positions"] / settings.metres_per_unit
+            tets, fraction = model["tets"], model["muscle_fraction"].astype(np.float64)
+            names = [str(name) for name in model["muscle_names"]]
+        raw = surface_smoothing.dihedral_angles(*_tet_boundary(positions, tets, fraction))
         smooth = surface_smoothing.dihedral_angles(vertices, triangles)
-        # Measured on the 3,000-tet demo head: mean 95° → about 30°.
+        # Measured: 84° → 22° on this 3,400-tet head, 77° → 17° on the 20,000-tet demo head.
         assert smooth.mean() < 0.4 * raw.mean(), (np.degrees(raw.mean()), np.degrees(smooth.mean()))
         materials = overlay.data.materials
-        present = [names[muscle] for muscle in np.unique(raw_labels)]
-        assert [material["face_physics_muscle"] for material in materials] == present
+        present = [names[muscle] for muscle in np.flatnonzero(fraction.max(axis=0) > 0)]
+        assert [material["face_physics_muscle"] for material in materials] == present, \
+            "every muscle in the model is drawn"
+        volume_of_tets = np.abs(np.einsum("ij,ij->i", np.cross(
+            positions[tets[:, 1]] - positions[tets[:, 0]], positions[tets[:, 2]] - positions[tets[:, 0]]),
+            positions[tets[:, 3]] - positions[tets[:, 0]])) / 6.0
+        ratios = []
         for slot, name in enumerate(present):
-            muscle = names.index(name)
-            before = surface_smoothing.enclosed_volume(raw_vertices, raw_triangles[raw_labels == muscle])
-            after = surface_smoothing.enclosed_volume(vertices, triangles[slots == slot])
-            assert after == pytest.approx(before, rel=1e-6)
+            muscle = triangles[slots == slot]
+            directed = muscle[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2)
+            forward = np.unique(directed[:, 0] * len(vertices) + directed[:, 1], return_counts=True)
+            backward = np.unique(directed[:, 1] * len(vertices) + directed[:, 0], return_counts=True)
+            assert all(np.array_equal(f, b) for f, b in zip(forward, backward)), \
+                f"{name}: closed, its neighbouring triangles facing the same way"
+            enclosed = surface_smoothing.enclosed_volume(vertices, muscle)
+            ratios.append(enclosed / float(volume_of_tets @ fraction[:, names.index(name)]))
+        ratios = np.array(ratios)
+        # The surface encloses the muscle's own volume (Σ fraction × tet volume) except where the
+        # muscle is too thin for the tets to show it: then more, never less. Measured on this
+        # 3,400-tet head: 7 of 38 within 1%, median 2.5×, all together 2.3× (the 20,000-tet
+        # demo head: 24 of 38, 1.2×; the 35,600-tet ICT head: 26 of 38, 1.1×).
+        assert ratios.min() > 0.99, dict(zip(present, ratios.round(2)))
+        assert np.median(ratios) < 3.0, dict(zip(present, ratios.round(2)))
         assert all(material.diffuse_color[3] == pytest.approx(1.0) for material in materials) or \
             muscle_overlay.chosen_muscle(obj) in present
         chosen = present[len(present) // 2]
