@@ -18,19 +18,15 @@ from bpy.props import BoolProperty, EnumProperty
 from . import job_files, preferences, solver_environment
 from .job_operator import SolverJobOperator, built_model_poll, first_refusal
 from .job_runner import Job
-from .scene_export import LIP_WEIGHT_THRESHOLD, LOWER_LIP_GROUP, UPPER_LIP_GROUP, vertex_group_weights
+from .scene_export import LOWER_LIP_GROUP, UPPER_LIP_GROUP
 from .workflow import model_file, skin_object
 
 GROUPS = {'UPPER': UPPER_LIP_GROUP, 'LOWER': LOWER_LIP_GROUP}
 
 
-def painted_lip_counts(obj):
-    """{group name: vertices above the lip threshold, or None when the group is missing}."""
-    counts = {}
-    for name in GROUPS.values():
-        weights = vertex_group_weights(obj, name)
-        counts[name] = None if weights is None else int((weights > LIP_WEIGHT_THRESHOLD).sum())
-    return counts
+def lips_painted(obj) -> bool:
+    """Whether either lip group exists (the solver then uses the painted lips, or refuses one alone)."""
+    return any(obj.vertex_groups.get(name) is not None for name in GROUPS.values())
 
 
 def replace_lip_groups(obj, upper, lower) -> None:
@@ -48,18 +44,18 @@ def replace_lip_groups(obj, upper, lower) -> None:
 
 
 def draw_lips(layout, obj) -> None:
-    """The Lips box of the Collisions panel."""
+    """The Lips box of the Collisions panel. It does not count the painted vertices: that reads
+    every vertex's groups in Python, too slow for every redraw of the sidebar."""
     box = layout.box()
-    counts = painted_lip_counts(obj)
-    if all(count is None for count in counts.values()):
+    present = {name: obj.vertex_groups.get(name) is not None for name in GROUPS.values()}
+    painted = any(present.values())
+    if not painted:
         box.label(text="Lips: found by the solver", icon='INFO')
     else:
-        for name, count in counts.items():
+        for name, exists in present.items():
             row = box.row()
-            row.alert = not count
-            row.label(text=f"{name}: {'missing' if count is None else f'{count} vertices'}",
-                      icon='GROUP_VERTEX')
-    painted = any(count is not None for count in counts.values())
+            row.alert = not exists
+            row.label(text=name if exists else f"{name}: missing (both are needed)", icon='GROUP_VERTEX')
     box.operator("face_physics.lips_replace" if painted else "face_physics.lips_from_solver", icon='IMPORT')
     if obj.mode == 'EDIT':
         for lip, label in (('UPPER', "Upper lip"), ('LOWER', "Lower lip")):
@@ -91,7 +87,7 @@ class FACE_PHYSICS_OT_lips_from_solver(SolverJobOperator, bpy.types.Operator):
 
     def start(self, context):
         obj = skin_object(context)
-        if not self.replace and any(count is not None for count in painted_lip_counts(obj).values()):
+        if not self.replace and lips_painted(obj):
             raise ValueError(f"{UPPER_LIP_GROUP} / {LOWER_LIP_GROUP} are painted already: use Replace With "
                              f"Solver's Lips to replace them")
         self._object_name = obj.name
@@ -197,7 +193,7 @@ class FACE_PHYSICS_OT_lips_clear(bpy.types.Operator):
         obj = skin_object(context)
         return first_refusal(cls, (
             (obj is not None, "Select the skin"),
-            (obj is not None and any(obj.vertex_groups.get(name) for name in GROUPS.values()),
+            (obj is not None and lips_painted(obj),
              "No painted lips: the solver finds the lips by itself"),
             (context.mode == 'OBJECT', "Leave Edit Mode first")))
 
