@@ -114,6 +114,15 @@ class SimulationSettings:
     # first-order one. ICT expression ramp, 12 frames: 38 → 25 Newton iterations, frames within
     # 0.0004 mm of those started at x_n (docs/benchmarks.md, "Forward physics").
     predict_start: bool = True
+    # Newton's last step of a frame is solved only as accurately as the tolerance needs: CG's
+    # relative accuracy η ≥ this × the residual to reach / the residual (newton_minimise's
+    # oversolve_guard; None: η = residual / force scale alone, which asked the last step for
+    # 30–2,500 times the tolerance on ICT frames).
+    oversolve_guard: Optional[float] = 0.2
+    # Newton's kept factor is refreshed (a factorisation in place of CG) once a CG solve on it
+    # took more than this many iterations (newton.CholmodLinearSolver.stale_krylov_iterations;
+    # None: only when CG fails at newton.MAX_KRYLOV_ITERATIONS).
+    stale_factor_krylov_iterations: Optional[int] = 6
 
     def __post_init__(self):
         if self.contact_solver not in CONTACT_SOLVERS:
@@ -242,6 +251,8 @@ class FaceSimulator:
         self.objective.volume_floor_share, self.objective.volume_floor_stiffness = s.volume_floor, s.volume_floor_stiffness
         self.solver = NewtonSolver(self.objective, self.constraints, tolerance=s.tolerance,
                                    max_iterations=s.max_iterations)
+        self.solver.oversolve_guard = s.oversolve_guard
+        self.solver.linear_solver.stale_krylov_iterations = s.stale_factor_krylov_iterations
         # Gravity points down in the rig's rest pose: the head frame's up axis at rest.
         self.gravity_force = np.zeros(3 * node_count)
         if s.gravity:       # down the head frame's up axis; linear in x, so only its force is kept
