@@ -58,6 +58,8 @@ def _arguments():
                         help="start each frame at the last one's positions (the solver before the predicted start)")
     parser.add_argument("--solver-from", type=Path, default=REPOSITORY,
                         help="the checkout whose solver/ to import (default: this one)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the counted frames (cProfile) and print where their time went")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--positions", type=Path, help="write the counted frames' node positions here (.npy)")
     return parser.parse_args()
@@ -109,6 +111,40 @@ def performance_frames(model, fit_path: Path, weights_path: Path, frames: str):
     return activations, animation.jaw, detail, fps
 
 
+# Where a frame's time goes: (label, file, function) of the profiled functions whose own time is
+# the part's; the rest is Python and numpy between them.
+PROFILE_PARTS = (
+    ("tissue passes (E, ∇E, ∇²E: corotated._assemble)", "corotated.py", "_assemble"),
+    ("CHOLMOD triangular solves (CG's preconditioner)", "cholesky.py", "solve"),
+    ("CHOLMOD numeric factorisations", "cholesky.py", "factorise"),
+    ("Pᵀ H P (constraints._reduce_into)", "constraints.py", "_reduce_into"),
+    ("volume floor", "volume_floor.py", None),
+    ("collision detection and contact", ("collisions", "contact"), None),
+)
+
+
+def where_the_time_went(profiler, frames: int) -> list:
+    """Rows (part, seconds a frame, share, calls a frame) of PROFILE_PARTS and the rest."""
+    import pstats
+    stats = pstats.Stats(profiler).stats
+    total = sum(entry[2] for entry in stats.values())
+    rows, claimed = [], 0.0
+    for label, files, function in PROFILE_PARTS:
+        files = (files,) if isinstance(files, str) else files
+        own = calls = 0.0
+        for (filename, _, name), entry in stats.items():
+            if any(part in filename for part in files) and "site-packages" not in filename \
+                    and (function is None or name == function):
+                own += entry[2]
+                calls += entry[1]
+        claimed += own
+        rows.append({"part": label, "seconds_a_frame": own / frames, "share": own / total,
+                     "calls_a_frame": calls / frames})
+    rows.append({"part": "the rest (numpy, scipy CSR products in CG, Python)", "seconds_a_frame": (total - claimed) / frames,
+                 "share": (total - claimed) / total, "calls_a_frame": 0.0})
+    return rows
+
+
 def main():
     args = _arguments()
     sys.path.insert(0, str(args.solver_from.resolve()))
@@ -132,9 +168,14 @@ def main():
         scene = CollisionScene(model, teeth=True, lips=True)
     simulator = FaceSimulator(model, SimulationSettings(**settings), collisions=scene)
     records, positions = [], []
+    profiler = None
     started = time.perf_counter()
     for frame in range(len(activations)):
         offset = None if detail is None or scene is None else detail[frame]
+        if frame == args.warmup and args.profile:
+            import cProfile
+            profiler = cProfile.Profile()
+            profiler.enable()
         result = simulator.step(activations[frame], jaws[frame], frame=frame, skin_offset=offset)
         if frame >= args.warmup:
             records.append({"seconds": result.seconds, "iterations": result.iterations,
@@ -142,6 +183,8 @@ def main():
                             "converged": bool(result.converged), "load_steps": result.load_steps,
                             "rounds": result.collision_rounds})
             positions.append(result.positions)
+    if profiler is not None:
+        profiler.disable()
     seconds = np.array([record["seconds"] for record in records])
     summary = {"commit": _commit(args.solver_from), "solver_from": str(args.solver_from.resolve()),
                "tets": int(len(model["tets"])), "nodes": int(len(model["rest_positions"])),
@@ -155,6 +198,11 @@ def main():
           f"{' with teeth and lip contact' if args.collisions else ''}: {len(records)} frames, median "
           f"{summary['median_seconds']:.3f} s, mean {summary['mean_seconds']:.3f} s a frame; Newton iterations "
           f"{summary['iterations']}, factorisations {summary['factorisations']}, unconverged {summary['unconverged']}")
+    if profiler is not None:
+        summary["profile"] = where_the_time_went(profiler, len(records))
+        for row in summary["profile"]:
+            print(f"  {row['part']:58s} {row['seconds_a_frame']:7.3f} s a frame {row['share']:6.1%}  "
+                  f"{row['calls_a_frame']:5.1f} calls a frame")
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1))
     if args.positions:
