@@ -50,11 +50,15 @@ class StaticFace:
     def __init__(self, model, active_tets, mu=1.0, lam=3.0, tolerance=1e-6, max_iterations=100):
         self.model = model
         self.active_tets = np.asarray(active_tets)
-        # No load steps: a trial solve starts from a predicted position, not from the
-        # equilibrium of the last trial, so there is no path from it to interpolate along.
+        # No load steps and no predicted start: a trial solve starts from a predicted position,
+        # not from the equilibrium of the last trial, so there is no path from it to interpolate
+        # along, nor a motion to continue. And Newton's steps as the fits were measured with
+        # (no oversolve guard, no stale factor refresh: docs/inverse-physics.md's figures).
         self.simulator = FaceSimulator(model, SimulationSettings(mu=mu, lam=lam, tolerance=tolerance,
                                                                  max_iterations=max_iterations, load_step_budget=0,
-                                                                 max_activation_change_per_load_step=None))
+                                                                 max_activation_change_per_load_step=None,
+                                                                 predict_start=False, oversolve_guard=None,
+                                                                 stale_factor_krylov_iterations=None))
         self.embedding = SkinEmbedding.from_model(model).matrix()
         self.tet_count = len(model["tets"])
 

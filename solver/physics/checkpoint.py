@@ -27,7 +27,8 @@ STATE_FILE = "state.npz"
 FACTOR_PREFIX = "factor_"
 RECORD_PREFIX = "record_"
 _SNAPSHOT_KEYS = ("positions", "velocity", "skin_correction", "previous_head", "previous_jaw", "frame_index",
-                  "carried_keys", "carried_multipliers", "previous_activation")
+                  "carried_keys", "carried_multipliers", "previous_activation",
+                  "previous_frame_start")
 
 
 class ResumeError(ValueError):

@@ -92,7 +92,8 @@ class CholeskyFactor:
     def solve(self, rhs: np.ndarray) -> np.ndarray:
         """x with A x = rhs ((n,) or (n, k))."""
         if self.backend == SCIKIT_SPARSE:
-            return self._factor.solve_A(rhs)
+            with _one_blas_thread():
+                return self._factor.solve_A(rhs)
         rhs = np.ascontiguousarray(rhs, dtype=np.float64)
         solution = np.zeros_like(rhs)
         self._factor.solve(rhs, solution)
@@ -169,6 +170,42 @@ class SparseCholesky:
     def snapshot(self) -> CholeskyFactor:
         """An independent copy of the current factor, untouched by later factorisations."""
         return self.current.copy()
+
+
+@lru_cache(maxsize=None)
+def _system_openblas():
+    """The system OpenBLAS that scikit-sparse's CHOLMOD calls (Linux packages), or None."""
+    if backend_name() != SCIKIT_SPARSE:
+        return None
+    import ctypes
+    try:
+        library = ctypes.CDLL("libopenblas.so.0")
+        library.openblas_get_num_threads()
+    except (OSError, AttributeError):
+        return None
+    return library
+
+
+@contextmanager
+def _one_blas_thread():
+    """BLAS on one thread for the duration: CHOLMOD's triangular solves are a chain of small
+    matrix-vector products per supernode, too small to share, and a second BLAS thread only
+    waits. ICT's factor (35,617 tets), 30 solves each way in turn: 17 ms (min) / 28 ms (median)
+    a solve on one thread against 23 / 39 ms on two, on the 2-core machine at load 10
+    (bench/newton_solve.py measures it idle). The factorisation keeps its threads."""
+    library = _system_openblas()
+    if library is None:
+        yield
+        return
+    threads = library.openblas_get_num_threads()
+    if threads <= 1:
+        yield
+        return
+    library.openblas_set_num_threads(1)
+    try:
+        yield
+    finally:
+        library.openblas_set_num_threads(threads)
 
 
 @contextmanager

@@ -754,6 +754,7 @@ class CorotatedElasticity:
             np.concatenate([-inverse_rest_edges.sum(axis=1, keepdims=True), inverse_rest_edges], axis=1))
         self._build_hessian_pattern()
         colors = _greedy_tet_colors(tets, node_count)
+        self._colors = colors
         self._tets_by_color = np.argsort(colors, kind="stable")
         self._color_starts = np.searchsorted(colors[self._tets_by_color], np.arange(colors.max(initial=-1) + 2))
         # One thread needs no colours. Tets in colour order scatter all over the Hessian's data
@@ -833,18 +834,29 @@ class CorotatedElasticity:
             return self._color_starts, self._tets_by_color
         return self._single_pass, self._locality_order
 
-    def _evaluate(self, x, material: TetMaterial, compute_gradient, compute_hessian, project):
+    def passes_over(self, elements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(group starts, tets in order) as ``_passes`` gives them, for the tets of the boolean
+        mask `elements` only: what ``gradient(..., passes=…)`` takes to sum over those tets."""
+        if numba.get_num_threads() > 1:
+            order = self._tets_by_color[elements[self._tets_by_color]]
+            return np.searchsorted(self._colors[order], np.arange(self.color_count + 1)), order
+        order = self._locality_order[elements[self._locality_order]]
+        return np.array([0, len(order)]), order
+
+    def _evaluate(self, x, material: TetMaterial, compute_gradient, compute_hessian, project, passes=None):
         if material.element_count != self.element_count:
             raise ValueError(f"material: {material.element_count} tets, the mesh has {self.element_count}")
         positions = np.ascontiguousarray(self._positions(x))
-        energies = np.empty(self.element_count)
+        # Tets outside `passes` leave their entry at 0.
+        energies = np.empty(self.element_count) if passes is None else np.zeros(self.element_count)
         gradient = np.zeros((self.node_count if compute_gradient else 0, 3))
         # A fresh data array per call, so a Hessian returned earlier never changes under its
         # holder; only the pattern arrays are shared.
         data = np.zeros(len(self.hessian_indices) if compute_hessian else 0)
         _assemble(positions, self.tets, self.shape_gradients, material.activation,
                   material.passive_weight * self.volume_scale, material.active_weight * self.volume_scale,
-                  material.mu, material.lam, *self._passes(), self.element_entry_positions,
+                  material.mu, material.lam, *(self._passes() if passes is None else passes),
+                  self.element_entry_positions,
                   compute_gradient, compute_hessian, project,
                   energies, gradient, data)
         hessian = None
@@ -858,9 +870,9 @@ class CorotatedElasticity:
     def energy(self, x, material: TetMaterial) -> float:
         return self._evaluate(x, material, False, False, False)[0]
 
-    def gradient(self, x, material: TetMaterial) -> np.ndarray:
-        """∂E/∂x (3N,), node-major."""
-        return self._evaluate(x, material, True, False, False)[1]
+    def gradient(self, x, material: TetMaterial, passes=None) -> np.ndarray:
+        """∂E/∂x (3N,), node-major; with `passes` (``passes_over``) of the energy of those tets only."""
+        return self._evaluate(x, material, True, False, False, passes)[1]
 
     def energy_and_gradient(self, x, material: TetMaterial) -> tuple[float, np.ndarray]:
         """(E, ∂E/∂x) in one pass: the gradient costs ~10 % over the energy alone, against a

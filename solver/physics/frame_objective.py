@@ -73,6 +73,15 @@ class FrameObjective:
         """Both in one pass over the tets (newton.py's line search)."""
         return self._add_other_terms(x, *self.elasticity.energy_and_gradient(x, self.material))
 
+    def energy_gradient_hessian(self, x):
+        """(E, ∇E, ∇²E) in one pass over the tets (``hessian``'s projection setting): Newton
+        evaluates its start and each full-step trial point so, and the Hessian of an accepted
+        trial is the next step's; one SVD per tet instead of two passes (newton.py)."""
+        value, gradient, hessian = self.elasticity.energy_gradient_hessian(x, self.material,
+                                                                           project=self.project_hessian)
+        value, gradient = self._add_other_terms(x, value, gradient)
+        return value, gradient, self._add_other_hessians(hessian, x, self.project_hessian)
+
     def _add_other_terms(self, x, value, gradient):
         """(value, gradient): the elastic ones given (None: not wanted) plus gravity and wind,
         inertia and contact."""
@@ -118,7 +127,10 @@ class FrameObjective:
         return self._hessian(x, True)
 
     def _hessian(self, x, project: bool):
-        hessian = self.elasticity.hessian(x, self.material, project=project)
+        return self._add_other_hessians(self.elasticity.hessian(x, self.material, project=project), x, project)
+
+    def _add_other_hessians(self, hessian, x, project: bool):
+        """The tissue's Hessian plus the volume floor's, the inertia's and the contact's, in place."""
         floor = self.volume_floor
         if floor is not None:
             floor.add_hessian_into(hessian.data, x, project)

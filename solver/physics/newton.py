@@ -95,6 +95,9 @@ MAX_EXACT_SHIFT_RELATIVE = 1e-2
 # (docs/physics.md, "Indefinite Hessians").
 MIN_EXACT_SHIFT_RELATIVE = 1e-3
 MAX_FORCING = 0.1               # loosest relative accuracy of an inexact Newton step
+# A step whose linear model ends below this share of the residual to reach is expected to be the
+# last: its trial point is evaluated without the Hessian (newton_minimise's `oversolve_guard`).
+EXPECTED_LAST_STEP = 0.5
 # Each CG iteration costs a pair of triangular solves with the kept factor (~9 ms at 35k tets
 # against ~150 ms for a new factorisation); past this many a fresh factor is cheaper.
 MAX_KRYLOV_ITERATIONS = 12
@@ -150,6 +153,7 @@ class NewtonResult:
     projected_steps: int = 0        # steps taken on the projected Hessian (the exact one was indefinite)
     stalled: bool = False           # stopped by max_steps_without_progress
     region_iterations: int = 0      # iterations of the before_step relaxations (newton_minimise)
+    predicted: bool = False         # started from the predicted start (newton_minimise)
 
 
 class CholmodLinearSolver:
@@ -169,6 +173,15 @@ class CholmodLinearSolver:
         self.krylov_iterations = 0
         self.low_rank_modifications = 0
         self.last_shift = 0.0
+        # A kept factor whose last CG solve took more than this many iterations is stale: the
+        # next solve factorises instead of running CG on it (None: only when CG fails). As the
+        # factor ages CG climbs (ICT smooth take: 3 → 19 iterations a frame over 24 frames
+        # without a factorisation); a factorisation costs ~12–15 CG iterations and brings them
+        # back to 1–4. Same take, 24 frames, oversolve guard 0.2: 281 CG iterations and no
+        # factorisation without the refresh, 183 + 1 refreshing past 8, 150 + 1 past 6. Set by
+        # the simulator (SimulationSettings.stale_factor_krylov_iterations).
+        self.stale_krylov_iterations: int | None = None
+        self._stale = False
 
     def _analyse_if_new_pattern(self, matrix: sp.csc_matrix):
         same_pattern = self._factor is not None and (
@@ -191,7 +204,7 @@ class CholmodLinearSolver:
         `shifts`: the only shifts to try, in order (default: the growing sequence, see
         ``factorise``); when none works, HessianNotPositiveDefinite."""
         self._analyse_if_new_pattern(matrix)
-        if relative_tolerance > 0.0:
+        if relative_tolerance > 0.0 and not self._stale:
             direction, _ = self.krylov_solve(matrix, rhs, relative_tolerance, low_rank)
             if direction is not None:
                 return direction, 0.0
@@ -213,6 +226,7 @@ class CholmodLinearSolver:
         direction, iterations, outcome = _conjugate_gradients_with_outcome(
             matrix, rhs, preconditioner.solve, relative_tolerance, MAX_KRYLOV_ITERATIONS, shift)
         self.krylov_iterations += iterations
+        self._stale = self.stale_krylov_iterations is not None and iterations > self.stale_krylov_iterations
         return direction, outcome
 
     def _preconditioner_for(self, term: LowRankTerm):
@@ -258,6 +272,7 @@ class CholmodLinearSolver:
                 self._has_numeric_factor = False
                 continue
             self._has_numeric_factor = True
+            self._stale = False
             self.last_shift = shift
             # Values are refilled in place by the next assembly; the pattern is shared and fixed.
             self._factored_matrix = (sp.csc_matrix((matrix.data.copy(), matrix.indices, matrix.indptr),
@@ -402,13 +417,29 @@ def _energy_and_gradient(objective, x) -> tuple[float, np.ndarray]:
     return float(objective.energy(x)), objective.gradient(x)
 
 
-def _line_search_evaluation(objective, x, full_step: bool) -> tuple[float, np.ndarray | None]:
-    """E at a line-search trial point, with ∇E when that comes in the same pass and the step is
-    the full one (nearly always the accepted one; a halved step rarely is, and its gradient
-    would cost ~10 % of the pass for nothing). The gradient is None otherwise."""
+def _full_evaluation(objective, x) -> tuple[float, np.ndarray, sp.spmatrix | None]:
+    """(E, ∇E, ∇²E or None) at a point Newton may step from: with the Hessian in the same pass
+    when the objective offers ``energy_gradient_hessian`` (the next step needs it unless the
+    point turns out converged), else E and ∇E alone and the Hessian later, when it is needed.
+    On ICT the fused pass costs about what E + ∇E and the Hessian's pass cost apart less one
+    SVD pass: each Newton iteration after the first saves a pass (docs/benchmarks.md)."""
+    fused = getattr(objective, "energy_gradient_hessian", None)
+    if fused is not None:
+        energy, gradient, hessian = fused(x)
+        return float(energy), gradient, hessian
+    return (*_energy_and_gradient(objective, x), None)
+
+
+def _line_search_evaluation(objective, x, full_step: bool,
+                            with_hessian: bool = True) -> tuple[float, np.ndarray | None, sp.spmatrix | None]:
+    """E at a line-search trial point, with ∇E (and, `with_hessian`, ∇²E) when they come in the
+    same pass and the step is the full one (nearly always the accepted one; a halved step rarely
+    is, and the rest would cost more of the pass for nothing). Those are None otherwise."""
+    if full_step and with_hessian and hasattr(objective, "energy_gradient_hessian"):
+        return _full_evaluation(objective, x)
     if full_step and hasattr(objective, "energy_and_gradient"):
-        return _energy_and_gradient(objective, x)
-    return float(objective.energy(x)), None
+        return (*_energy_and_gradient(objective, x), None)
+    return float(objective.energy(x)), None, None
 
 
 def _max_norm(vector: np.ndarray) -> float:
@@ -416,13 +447,15 @@ def _max_norm(vector: np.ndarray) -> float:
 
 
 def _newton_direction(objective, constraints: BoneConstraints, linear_solver, x, reduced_gradient, forcing,
-                      result: NewtonResult, exact_refused: bool) -> tuple[np.ndarray, float, bool]:
+                      result: NewtonResult, exact_refused: bool,
+                      hessian: sp.spmatrix | None = None) -> tuple[np.ndarray, float, bool]:
     """(d, β, refused) of one step: on the exact Hessian, shifted by at most
     MAX_EXACT_SHIFT_RELATIVE of its mean diagonal; where that is not enough and the objective
     has a projected Hessian, on that one (counted in result.projected_steps; refused = True, and
-    the next step tries the exact Hessian only at the largest shift before projecting again)."""
+    the next step tries the exact Hessian only at the largest shift before projecting again).
+    `hessian`: objective.hessian(x) when the caller has it already (the fused evaluation)."""
     low_rank = _reduced_low_rank(objective, constraints, x)
-    exact = constraints.reduce_hessian(objective.hessian(x))
+    exact = constraints.reduce_hessian(objective.hessian(x) if hessian is None else hessian)
     projected_hessian = getattr(objective, "projected_hessian", None)
     if projected_hessian is None:
         return (*linear_solver.solve(exact, -reduced_gradient, forcing, low_rank), False)
@@ -464,7 +497,9 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
                     tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
                     force_scale: float | None = None, max_forcing: float = MAX_FORCING,
                     max_steps_without_progress: int | None = None,
-                    before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None) -> NewtonResult:
+                    before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None,
+                    predicted_start: np.ndarray | None = None, start_energy: float | None = None,
+                    oversolve_guard: float | None = None) -> NewtonResult:
     """Minimise the objective over q in the constraints' current frame, starting from x0
     projected onto the constraints. ``linear_solver`` is a CholmodLinearSolver (production)
     or baselines.spsolve_newton.SpsolveLinearSolver (the baseline). `max_forcing`: the loosest relative accuracy of a step
@@ -474,19 +509,39 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
     from where it started, to another equilibrium (a snap-through). `before_step(x) -> (x', n)`:
     called before each step with the current configuration; when it took n > 0 iterations of its
     own, the step starts from x' (which must lower the energy: the contact region's relaxation,
-    contact_region.py), and n is added to ``region_iterations``."""
+    contact_region.py), and n is added to ``region_iterations``. `predicted_start`: where the
+    solution is expected (e.g. extrapolated from earlier frames); the solve starts there instead
+    of at x0 when, projected onto the constraints, its energy is finite and below x0's
+    (`start_energy`, E at x0 projected, when the caller has it): a prediction that overshoots
+    starts no closer. ``predicted`` in the result says which start was taken.
+    `oversolve_guard` γ (None: off): an inexact step is solved no more accurately than its linear
+    model needs to bring the residual to γ × the threshold, η ≥ γ · threshold / residual
+    (Eisenstat & Walker's safeguard against oversolving: the forcing η = residual / force_scale
+    alone asks the last step for far more than the tolerance; ICT frames ended 30–2,500 times
+    under it, at 4–12 CG iterations for that step). A step whose model ends under
+    EXPECTED_LAST_STEP × the threshold is expected to be the last, and its trial point is
+    evaluated without the Hessian (which only a further step would need)."""
     start_time = time.perf_counter()
     factorisations_before = getattr(linear_solver, "factorisations", 0)
     krylov_before = getattr(linear_solver, "krylov_iterations", 0)
-    q = constraints.q_from_x(x0)
-    x = constraints.x_from_q(q)
-    energy, gradient = _energy_and_gradient(objective, x)
+    predicted = False
+    if predicted_start is not None:
+        q = constraints.q_from_x(predicted_start)
+        x = constraints.x_from_q(q)
+        energy, gradient, hessian = _full_evaluation(objective, x)
+        if start_energy is None:
+            start_energy = float(objective.energy(constraints.x_from_q(constraints.q_from_x(x0))))
+        predicted = bool(np.isfinite(energy) and np.isfinite(gradient).all() and energy < start_energy)
+    if not predicted:
+        q = constraints.q_from_x(x0)
+        x = constraints.x_from_q(q)
+        energy, gradient, hessian = _full_evaluation(objective, x)
     reduced_gradient = constraints.reduce_gradient(gradient)
     residual = _max_norm(reduced_gradient)
     scale = residual if force_scale is None else float(force_scale)
     threshold = tolerance * scale
     result = NewtonResult(x=x, q=q, converged=False, reason="", iterations=0, force_scale=scale,
-                          threshold=threshold, residuals=[residual], energies=[energy])
+                          threshold=threshold, residuals=[residual], energies=[energy], predicted=predicted)
 
     def finish(converged: bool, reason: str) -> NewtonResult:
         result.x, result.q, result.converged, result.reason = x, q, converged, reason
@@ -517,15 +572,19 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
                 result.region_iterations += relaxation_iterations
                 q = constraints.q_from_x(relaxed)
                 x = constraints.x_from_q(q)
-                energy, gradient = _energy_and_gradient(objective, x)
+                energy, gradient, hessian = _full_evaluation(objective, x)
                 reduced_gradient = constraints.reduce_gradient(gradient)
                 residual = _max_norm(reduced_gradient)
                 if residual <= threshold:
                     continue
+        forcing = min(max_forcing, residual / scale) if scale > 0.0 else 0.0
+        expect_last = False
+        if oversolve_guard is not None and forcing > 0.0:
+            forcing = min(max_forcing, max(forcing, oversolve_guard * threshold / residual))
+            expect_last = forcing * residual <= EXPECTED_LAST_STEP * threshold
         try:
             direction, shift, exact_refused = _newton_direction(
-                objective, constraints, linear_solver, x, reduced_gradient,
-                min(max_forcing, residual / scale) if scale > 0.0 else 0.0, result, exact_refused)
+                objective, constraints, linear_solver, x, reduced_gradient, forcing, result, exact_refused, hessian)
         except HessianNotPositiveDefinite as error:
             return finish(False, str(error))
 
@@ -534,7 +593,8 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
         for _ in range(MAX_STEP_HALVINGS + 1):
             trial_q = q + step * direction
             trial_x = constraints.x_from_q(trial_q)
-            trial_energy, trial_gradient = _line_search_evaluation(objective, trial_x, full_step=step == 1.0)
+            trial_energy, trial_gradient, trial_hessian = _line_search_evaluation(
+                objective, trial_x, full_step=step == 1.0, with_hessian=not expect_last)
             if np.isfinite(trial_energy) and trial_energy <= energy + ARMIJO_FRACTION * step * slope:
                 break
             step *= 0.5
@@ -543,7 +603,7 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
                                  f"(residual {residual:.3g} > {threshold:.3g}): the tolerance may be below the "
                                  f"energy's round-off, or the energy is not smooth here")
 
-        q, x, energy = trial_q, trial_x, trial_energy
+        q, x, energy, hessian = trial_q, trial_x, trial_energy, trial_hessian
         reduced_gradient = constraints.reduce_gradient(
             trial_gradient if trial_gradient is not None else objective.gradient(x))
         residual = _max_norm(reduced_gradient)
@@ -570,6 +630,7 @@ class NewtonSolver:
         self.tolerance = tolerance
         self.max_iterations = max_iterations
         self.max_steps_without_progress: int | None = None     # see newton_minimise
+        self.oversolve_guard: float | None = None               # see newton_minimise
         self._linear_solver = CholmodLinearSolver()
 
     @property
@@ -586,14 +647,17 @@ class NewtonSolver:
     def solve(self, x0: np.ndarray, skull_transform: np.ndarray | None = None,
               jaw_transform: np.ndarray | None = None, force_scale: float | None = None,
               max_forcing: float = MAX_FORCING, tolerance: float | None = None,
-              before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None) -> NewtonResult:
+              before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None,
+              predicted_start: np.ndarray | None = None, start_energy: float | None = None) -> NewtonResult:
         """Solve one frame, warm-started from x0 ((3N,) or (N, 3)): with the bone transforms
         given the constraints move to that frame first, otherwise their current frame is used.
-        `tolerance`: this solve's, instead of the solver's; `before_step`: see newton_minimise."""
+        `tolerance`: this solve's, instead of the solver's; `before_step`, `predicted_start`,
+        `start_energy`: see newton_minimise."""
         self.constraints.use_frame(skull_transform, jaw_transform)
         return newton_minimise(self.objective, self.constraints, self._linear_solver, x0,
                                tolerance=self.tolerance if tolerance is None else tolerance,
                                max_iterations=self.max_iterations,
                                force_scale=force_scale, max_forcing=max_forcing,
                                max_steps_without_progress=self.max_steps_without_progress,
-                               before_step=before_step)
+                               before_step=before_step, predicted_start=predicted_start,
+                               start_energy=start_energy, oversolve_guard=self.oversolve_guard)

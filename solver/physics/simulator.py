@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+import numba
 import numpy as np
 import scipy.linalg
 
@@ -107,6 +108,24 @@ class SimulationSettings:
     # "Energy"). 0: off.
     volume_floor: float = 0.2
     volume_floor_stiffness: float = 50.0
+    # Quasi-static frames without collisions start Newton from the last two frames' motion
+    # continued, x_n + (x_n − x_{n−1}), when that has the lower energy (newton_minimise's
+    # predicted_start): on a smooth animation the start is then a second-order guess, not a
+    # first-order one. ICT expression ramp, 12 frames: 38 → 25 Newton iterations, frames within
+    # 0.0004 mm of those started at x_n (docs/benchmarks.md, "Forward physics"). Off by default
+    # until a captured performance has been played through it and looked at (issue 41).
+    predict_start: bool = False
+    # Newton's last step of a frame is solved only as accurately as the tolerance needs: CG's
+    # relative accuracy η ≥ this × the residual to reach / the residual (newton_minimise's
+    # oversolve_guard; None: η = residual / force scale alone, which asked the last step for
+    # 30–2,500 times the tolerance on ICT frames). Off (None) by default, like predict_start; 0.2
+    # is the value measured.
+    oversolve_guard: Optional[float] = None
+    # Newton's kept factor is refreshed (a factorisation in place of CG) once a CG solve on it
+    # took more than this many iterations (newton.CholmodLinearSolver.stale_krylov_iterations;
+    # None: only when CG fails at newton.MAX_KRYLOV_ITERATIONS). Off (None) by default, like
+    # predict_start; 6 is the value measured.
+    stale_factor_krylov_iterations: Optional[int] = None
 
     def __post_init__(self):
         if self.contact_solver not in CONTACT_SOLVERS:
@@ -231,9 +250,12 @@ class FaceSimulator:
         self.node_mass = np.asarray(model["node_mass"], dtype=np.float64) * multiplier
         self.constraints = BoneConstraints(model)
         self.objective = FrameObjective(self.elasticity, self.node_mass)
+        self._rest_gradient_parts = None        # (key, muscle tets' passes, the others' rest gradient)
         self.objective.volume_floor_share, self.objective.volume_floor_stiffness = s.volume_floor, s.volume_floor_stiffness
         self.solver = NewtonSolver(self.objective, self.constraints, tolerance=s.tolerance,
                                    max_iterations=s.max_iterations)
+        self.solver.oversolve_guard = s.oversolve_guard
+        self.solver.linear_solver.stale_krylov_iterations = s.stale_factor_krylov_iterations
         # Gravity points down in the rig's rest pose: the head frame's up axis at rest.
         self.gravity_force = np.zeros(3 * node_count)
         if s.gravity:       # down the head frame's up axis; linear in x, so only its force is kept
@@ -311,6 +333,23 @@ class FaceSimulator:
                                          paralysis_per_tet=o.paralysis)
         return dataclasses.replace(self.neutral_material, activation=activation)
 
+    def _rest_gradient(self, material: TetMaterial) -> np.ndarray:
+        """∂E_tissue/∂x at the rest positions with `material`, a neutral-material one but for its
+        activations. Only tets with muscle (active weight > 0) feel the activation, so the sum
+        over the others is the neutral one's, kept; each frame pays a pass over the muscle tets
+        alone (14 % of ICT's) instead of all of them."""
+        rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
+        # Colour passes are safe on any thread count, a single pass only on one: kept per kind.
+        key = (self.neutral_material, numba.get_num_threads() > 1)
+        parts = self._rest_gradient_parts
+        if parts is None or parts[0][0] is not key[0] or parts[0][1] != key[1]:
+            muscle = self.elasticity.passes_over(self.neutral_material.active_weight > 0.0)
+            without_muscle = self.elasticity.gradient(rest, self.neutral_material) \
+                - self.elasticity.gradient(rest, self.neutral_material, passes=muscle)
+            self._rest_gradient_parts = parts = (key, muscle, without_muscle)
+        _, muscle, without_muscle = parts
+        return without_muscle + self.elasticity.gradient(rest, material, passes=muscle)
+
     def step(self, activation: np.ndarray, jaw=np.zeros(5), head_transform=np.eye(4),
              frame: Optional[int] = None, skin_offset: Optional[np.ndarray] = None) -> FrameResult:
         """Advance one frame (1/fps s, in `substeps` backward-Euler steps when dynamic).
@@ -332,6 +371,7 @@ class FaceSimulator:
         equilibrium. The frame's counts include the abandoned attempts; ``load_steps`` says how
         many parts the result took. Colliders other than the teeth stay at this frame's place."""
         started = time.perf_counter()
+        frame_start = self.positions.copy()
         head = np.asarray(head_transform, float)
         jaw = np.asarray(jaw, float)
         activation = np.asarray(activation, dtype=np.float64)
@@ -357,6 +397,7 @@ class FaceSimulator:
                 if attempt.converged or last_try:
                     break
         self._previous_head, self._previous_jaw, self._previous_activation = head.copy(), jaw.copy(), activation.copy()
+        self._previous_frame_start = frame_start
         self.frame_index = frame_index + 1
         return totals.frame_result(self.positions.reshape(-1, 3).copy(), time.perf_counter() - started)
 
@@ -368,6 +409,9 @@ class FaceSimulator:
         self.velocity = np.zeros_like(self.positions)
         self._previous_head, self._previous_jaw = np.eye(4), np.zeros(5)
         self._previous_activation: Optional[np.ndarray] = None     # (M,3,3); None: neutral (S = I)
+        # Where the last frame started (x_{n−1}; None before a frame or after a rest): with the
+        # positions it ended at, the motion the next frame's predicted start continues.
+        self._previous_frame_start: Optional[np.ndarray] = None
         self.frame_index = 0            # the frame the next step() solves (colliders move per frame)
         # What the last step's contact response added to the displayed skin: vertices moved out
         # of the colliders (contact_response.ContactResponse.project_displayed), (V,3) m.
@@ -382,8 +426,9 @@ class FaceSimulator:
     def snapshot(self) -> dict:
         """What the next step() starts from, as plain arrays (checkpoint.py saves it after every
         frame of a bake, so a cancelled or crashed bake resumes where it stopped): the nodes and
-        their velocity, the last frame's bones and activations, the displayed skin's contact
-        correction and the contact multipliers carried into the next frame."""
+        their velocity, the last frame's bones and activations, where the last frame started (the
+        predicted start continues that motion), the displayed skin's contact correction and the
+        contact multipliers carried into the next frame."""
         keys, multipliers = (np.zeros(0, np.int64), np.zeros(0)) if self.contact_response is None \
             else self.contact_response.carried()
         state = {"positions": self.positions, "velocity": self.velocity, "skin_correction": self.skin_correction,
@@ -392,6 +437,8 @@ class FaceSimulator:
                  "carried_multipliers": np.asarray(multipliers, np.float64)}
         if self._previous_activation is not None:
             state["previous_activation"] = self._previous_activation
+        if self._previous_frame_start is not None:
+            state["previous_frame_start"] = self._previous_frame_start
         return {name: np.array(value) for name, value in state.items()}
 
     def resume(self, state: dict, factor: Optional[dict] = None) -> None:
@@ -409,6 +456,8 @@ class FaceSimulator:
         self._previous_jaw = np.array(state["previous_jaw"], np.float64)
         previous = state.get("previous_activation")
         self._previous_activation = None if previous is None else np.array(previous, np.float64)
+        previous_start = state.get("previous_frame_start")
+        self._previous_frame_start = None if previous_start is None else np.array(previous_start, np.float64)
         self.frame_index = int(state["frame_index"])
         if self.contact_response is not None:
             self.contact_response.carry((np.array(state["carried_keys"], np.int64),
@@ -454,17 +503,19 @@ class FaceSimulator:
             if interpolate_activation or part == 1:
                 self.objective.material = self.material_for(part_activation)
                 # The activation's pull at rest: the force scale of every step with this material.
-                rest = np.asarray(self.model["rest_positions"], dtype=np.float64).reshape(-1)
-                self._activation_force = np.abs(self.elasticity.gradient(rest, self.objective.material)).max(
-                    initial=0.0)
+                self._activation_force = np.abs(self._rest_gradient(self.objective.material)).max(initial=0.0)
             skull, jaw_transform = bone_transforms(part_head, self.model["jaw_frame"], part_jaw)
             # A load step before the last is only the next one's start, close enough to stay on
             # the branch (a continuation's corrector), and its contacts close enough to keep the
             # lips on their side of the teeth; the frame's own tolerances are the last's.
             tolerance = None if last or self.settings.dynamic else \
                 max(self.settings.tolerance, INTERMEDIATE_LOAD_STEP_TOLERANCE)
+            # The predicted start continues the last frame's motion: only for a frame solved in one
+            # part (a load-stepped or retried frame is a jump, not a smooth motion).
+            predict = parts == 1 and self.settings.predict_start and not self.settings.dynamic \
+                and self._previous_frame_start is not None
             result = self._solve_step(skull, jaw_transform, BonePose(skull, jaw_transform, frame_index), budget,
-                                      tolerance)
+                                      tolerance, predict)
             attempt.add(result, skull, jaw_transform)
             correction = getattr(result, "skin_correction", None)
             self.skin_correction = np.zeros_like(self.skin_correction) if correction is None else correction
@@ -474,17 +525,19 @@ class FaceSimulator:
         return attempt
 
     def _solve_step(self, skull, jaw_transform, pose: BonePose, budget: Optional[int] = None,
-                    tolerance: Optional[float] = None):
+                    tolerance: Optional[float] = None, predict: bool = False):
         objective = self.objective
         objective.constant_force = self.gravity_force + self.wind_force()
         previous = self.positions.copy()
         time_step = 1.0 / (self.settings.fps * self.settings.substeps)
         objective.inertia = InertiaEnergy(self.node_mass, previous + time_step * self.velocity, time_step) \
             if self.settings.dynamic else None
-        force_scale = self.force_scale(previous, skull, jaw_transform)
+        force_scale, start_energy = self._force_scale_and_start_energy(previous, skull, jaw_transform)
         if self.contact_response is None:
+            prediction = 2.0 * previous - self._previous_frame_start if predict else None
             result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
-                                       force_scale=force_scale, tolerance=tolerance)
+                                       force_scale=force_scale, tolerance=tolerance, predicted_start=prediction,
+                                       start_energy=start_energy)
         else:
             result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale, budget, tolerance)
         self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
@@ -539,9 +592,15 @@ class FaceSimulator:
         last term a frame driven only by bone motion or inertia had the MIN_FORCE_SCALE floor
         as its scale, a threshold at round-off level that Newton cannot reach: converged frames
         were reported unconverged after 50 iterations."""
+        return self._force_scale_and_start_energy(start, skull, jaw_transform)[0]
+
+    def _force_scale_and_start_energy(self, start, skull, jaw_transform) -> tuple[float, float]:
+        """(force_scale, E at `start` moved onto the bones): the energy comes with the same pass and
+        is what a predicted start must beat (newton_minimise)."""
         external = np.abs(self.objective.constant_force).max(initial=0.0)
         constraints = self.constraints
         constraints.use_frame(skull, jaw_transform)
         projected_start = constraints.x_from_q(constraints.q_from_x(start))
-        start_force = np.abs(constraints.reduce_gradient(self.objective.gradient(projected_start))).max(initial=0.0)
-        return max(self._activation_force, external, start_force, MIN_FORCE_SCALE)
+        start_energy, start_gradient = self.objective.energy_and_gradient(projected_start)
+        start_force = np.abs(constraints.reduce_gradient(start_gradient)).max(initial=0.0)
+        return max(self._activation_force, external, start_force, MIN_FORCE_SCALE), float(start_energy)
