@@ -146,7 +146,7 @@ def test_transfer_rows_sum_to_one_and_carry_linear_fields_exactly(sheet):
 def test_shape_diameter_of_a_sphere_and_key_push_depth_of_a_plane():
     vertices, triangles = icosphere(4, radius=0.2)
     thickness = depth.shape_diameter(vertices, vertex_normals(vertices, triangles), vertices, triangles)
-    assert np.allclose(thickness, 0.4 * np.cos(np.radians(20.0)), rtol=0.01)   # the 20° ring is the median
+    assert np.allclose(thickness, 0.4 * np.cos(np.radians(45.0)), rtol=0.01)   # the 45° ring is the median
     plane, plane_triangles = _holed_sheet()
     normals = vertex_normals(plane, plane_triangles)
     push = np.zeros((3, len(plane), 3))
@@ -260,3 +260,16 @@ def test_ict_eyelids_on_both_sides_and_nowhere_else(ict_shell):
     near_eye = [np.linalg.norm(coarse.vertices[lids] - eye, axis=1) < 0.9 * eye_width for eye in eyes]
     assert near_eye[0].sum() >= 5 and near_eye[1].sum() >= 5
     assert np.all(near_eye[0] | near_eye[1])
+
+
+def test_coarse_mesh_picture_draws_every_panel():
+    from solver.pictures.shell_meshes import THIN_COLOUR, coarse_mesh_sheet
+
+    vertices, triangles = icosphere(2, radius=0.5)
+    thin = vertices[:, 2] > 0.4
+    image = coarse_mesh_sheet([("a", vertices, triangles, np.abs(vertices[:, 0]) * 0.04, thin, vertices[:, 1] > 0.45),
+                               ("b", vertices, triangles, np.zeros(len(vertices)), thin, np.zeros(len(vertices), bool))],
+                              up=(0, 1, 0), forward=(0, 0, 1), framing=vertices, title="test")
+    assert image.ndim == 3 and image.shape[2] == 3 and image.shape[1] > 2 * 0.8 * 460
+    magenta = np.all(np.abs(image.astype(int) - np.array(THIN_COLOUR) * 255) < 40, axis=2)
+    assert magenta.sum() > 100

@@ -32,12 +32,12 @@ from solver.geometry.mesh_ops import as_query_points, as_triangle_mesh, vertex_n
 # Depth never falls below this (face units, ~0.5 mm on a 25 cm face): a vertex no key pushes in
 # still gives a little, so contact there is not perfectly rigid.
 MIN_DEPTH = 0.002
-# A thin feature is thinner than this (face units; 22 mm on ICT's 32 cm face height) and pushed in
+# A thin feature is thinner than this (face units; 18 mm on ICT's 32 cm face height) and pushed in
 # by the keys less than THIN_MAX_KEY_DEPTH (2 mm on ICT): the ears and the nose, which "show minimal
-# normal-direction deformation" (§4.4). Measured on ICT at 4k: nose tip 0.045-0.065, ear flap
-# 0.015-0.04, lips 0.03-0.04 but pushed in 0.011-0.016 by the keys, nose wings 0.02-0.05 but
-# pushed in by noseSneer, cheeks 0.10-0.3, forehead 0.55 (the whole head).
-THIN_THICKNESS = 0.07
+# normal-direction deformation" (§4.4). Measured on ICT at 8k: ear 0.026-0.041, nose tip
+# 0.042-0.053, nose wings about the same; lips 0.036-0.046 but pushed in 0.011-0.016 by the keys;
+# cheeks by the mouth 0.04-0.17 (median 0.1), forehead 0.4 (the whole head).
+THIN_THICKNESS = 0.055
 THIN_MAX_KEY_DEPTH = 0.006
 # A key is jaw-intensive when its motion field (all deltas as one vector) has at least this cosine
 # with the jaw opening's: then more than half its motion (cos² ≥ 0.5) is the jaw opening.
@@ -51,7 +51,9 @@ _OTHER_LID_KEYS = ("eyeWide_L", "eyeWide_R", "eyeSquint_L", "eyeSquint_R")
 
 # Shape diameter (Shapira et al. 2008): one ray along the negative normal and rings of rays at
 # these angles from it; the estimate is the median of the hits, misses counting as infinitely thick.
-_CONE_ANGLES_DEG = (20.0, 40.0)
+# The wide cone is what tells a protruding feature from flesh over a cavity: its slanted rays
+# leave a nose tip through its sides within ~0.05, but run on inside a cheek (0.1 and more).
+_CONE_ANGLES_DEG = (45.0, 70.0)
 _RAYS_PER_RING = 6
 # Rays start this far (face units) inside the surface so they do not hit their own triangles.
 _RAY_START = 1e-5
