@@ -141,6 +141,42 @@ def test_transfer_rows_sum_to_one_and_carry_linear_fields_exactly(sheet):
     assert np.allclose(transfer.coarse_deltas(keys)[1], 2 * field(coarse.vertices), atol=1e-12)
 
 
+def _grid(x_stop, z, cells_x, cells_y=6, flip=False):
+    x, y = np.meshgrid(np.linspace(0.0, x_stop, cells_x + 1), np.linspace(0.0, 0.3, cells_y + 1), indexing="ij")
+    vertices = np.column_stack([x.ravel(), y.ravel(), np.full(x.size, z)])
+    triangles = []
+    for i in range(cells_x):
+        for j in range(cells_y):
+            a, b = i * (cells_y + 1) + j, (i + 1) * (cells_y + 1) + j
+            triangles += [(a, b, b + 1), (a, b + 1, a + 1)]
+    triangles = np.array(triangles)
+    return vertices, triangles[:, ::-1] if flip else triangles
+
+
+def test_transfer_settles_touching_sheets_by_the_keys_motion():
+    """Two 'lips' 1 mm apart; the coarse upper lip stops short (as a coarse shell cuts a lip's
+    curl), so at rest the end of the fine upper lip is nearest the coarse lower lip. A key that
+    opens the lower lip must not move the upper lip in the warp."""
+    upper, upper_triangles = _grid(1.0, 0.0, 40)
+    lower, lower_triangles = _grid(1.0, -0.001, 40, flip=True)
+    fine = np.vstack([upper, lower])
+    fine_triangles = np.vstack([upper_triangles, lower_triangles + len(upper)])
+    coarse_upper, coarse_upper_triangles = _grid(0.8, 0.0, 8)
+    coarse_lower, coarse_lower_triangles = _grid(1.0, -0.001, 10, flip=True)
+    coarse = np.vstack([coarse_upper, coarse_lower])
+    coarse_triangles = np.vstack([coarse_upper_triangles, coarse_lower_triangles + len(coarse_upper)])
+    opening = np.zeros((1, len(fine), 3))
+    opening[0, len(upper):, 2] = -0.5                  # farther than the upper lip's missing 0.2
+    is_upper = np.arange(len(fine)) < len(upper)
+    plain = RigTransfer.build(fine, fine_triangles, coarse, coarse_triangles)
+    settled = RigTransfer.build(fine, fine_triangles, coarse, coarse_triangles, opening)
+    for transfer, upper_moves in ((plain, True), (settled, False)):
+        warped = transfer.warp(fine, transfer.coarse_deltas(opening)[0])
+        error = np.linalg.norm(warped - (fine + opening[0]), axis=1)
+        assert (error[is_upper].max() > 0.05) == upper_moves
+    assert error.max() < 1e-12
+
+
 # --------------------------------------------------------------------------- depth
 
 def test_shape_diameter_of_a_sphere_and_key_push_depth_of_a_plane():
