@@ -203,6 +203,25 @@ def test_jaw_intensive_keys_by_name_and_by_motion():
     assert depth.jaw_intensive_keys(names, deltas).tolist() == [True, True, False, True, True]
 
 
+def test_eyelids_keep_to_the_rims_of_eye_holes():
+    vertices, triangles = _holed_sheet()
+    rim_distance = []
+    for centre in ((0.25, 0.75), (0.75, 0.75)):
+        # Distance outside the 0.1 × 0.1 square hole round `centre`.
+        outside = np.maximum(np.abs(vertices[:, :2] - centre) - 0.05, 0.0)
+        rim_distance.append(np.linalg.norm(outside, axis=1))
+    deltas = np.zeros((3, len(vertices), 3))
+    deltas[0, :, 1] = -0.01 * np.exp(-rim_distance[0] / 0.02)          # eyeBlink_L closes the left hole
+    deltas[1, :, 1] = -0.01 * np.exp(-rim_distance[1] / 0.02)
+    stray = np.linalg.norm(vertices[:, :2] - (0.5, 0.1), axis=1) < 0.05
+    deltas[0, stray, 2] = 0.006                                         # and something far off, by 60 %
+    lids = depth.eyelid_vertices(triangles, deltas, ["eyeBlink_L", "eyeBlink_R", "smile"])
+    assert not lids[stray].any()
+    for distance in rim_distance:
+        assert lids[distance < 0.02].all() and (lids & (distance < 0.1)).sum() > 10
+    assert depth.eyelid_vertices(triangles, deltas[2:], ["smile"]).sum() == 0
+
+
 # --------------------------------------------------------------------------- ICT
 
 ict = pytest.mark.skipif(not ict_available(), reason="ICT FaceKit data (../shared) not available")

@@ -15,7 +15,8 @@ diameter (the mouth is hollow behind them) but the keys push them in far, which 
 Eyelids. The shell prescribes them instead of simulating them (§4.4): `eyelid_vertices` are
 the coarse vertices eyeBlink_L/R move by a good share of their largest motion, plus those that
 eyeWide/eyeSquint move likewise within a ring of them (eyeSquint also lifts the cheek, which
-must stay simulated).
+must stay simulated). Where the eyes are holes in the mesh, only lid vertices within a few rings
+of those holes' rims are kept.
 
 Everything here is in face units (positions divided by the face height, scale.py), so the
 thresholds hold for any face size.
@@ -28,6 +29,8 @@ from numba import njit, prange
 
 from solver.geometry.bvh import TriangleBVH
 from solver.geometry.mesh_ops import as_query_points, as_triangle_mesh, vertex_normals
+
+from .remesh import boundary_loops
 
 # Depth never falls below this (face units, ~0.5 mm on a 25 cm face): a vertex no key pushes in
 # still gives a little, so contact there is not perfectly rigid.
@@ -47,6 +50,7 @@ JAW_OPENING_NAMES = ("jawOpen", "JawOpen", "jaw_open", "mouthOpen")
 # Eyelid support: a vertex a blink key moves by this share of that key's largest motion.
 EYELID_SHARE = 0.3
 _BLINK_KEYS = ("eyeBlink_L", "eyeBlink_R")
+EYE_HOLE_RINGS = 3
 _OTHER_LID_KEYS = ("eyeWide_L", "eyeWide_R", "eyeSquint_L", "eyeSquint_R")
 
 # Shape diameter (Shapira et al. 2008): one ray along the negative normal and rings of rays at
@@ -230,6 +234,15 @@ def eyelid_vertices(coarse_triangles, coarse_deltas, shape_names, share: float =
     for name in _OTHER_LID_KEYS:
         if name in names:
             lids |= moved(name) & near
+    # Where the eyes are holes in the mesh, the lids are their rims: keep what lies within
+    # EYE_HOLE_RINGS rings of a boundary loop the lids touch (the neck cut or a mouth slit do not).
+    eye_holes = [loop for loop in boundary_loops(triangles, count) if lids[loop].any()]
+    if eye_holes:
+        rims = np.zeros(count, bool)
+        rims[np.concatenate(eye_holes)] = True
+        for _ in range(EYE_HOLE_RINGS):
+            rims = _grow(rims, triangles, count)
+        lids &= rims
     return lids
 
 
