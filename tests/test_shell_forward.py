@@ -1,0 +1,291 @@
+"""The interactive shell's forward simulation (solver/shell/forward.py, colliders.py, linear.py)
+on a synthetic curved sheet with a hole and two shape keys (tests/shell_sheets.py)."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from shell_sheets import sheet_shell
+from solver.collisions import sdf
+from solver.shell.colliders import (BoxCollider, CapsuleCollider, MeshCollider, SphereCollider,
+                                    analytic_signed_distances)
+from solver.shell import energies
+from solver.shell.forward import ShellSimulator, substep_rhs
+from solver.shell.linear import ConstantFactor
+
+
+def test_the_factor_solves_the_system_for_three_right_hand_sides():
+    shell = sheet_shell(stiffness=1.0)
+    sim = ShellSimulator(shell)
+    rhs = np.random.default_rng(1).normal(size=(sim.vertex_count, 3))
+    solved = sim.factor.solve(rhs)
+    assert np.abs(sim.matrix @ solved - rhs).max() < 1e-10 * np.abs(rhs).max() * sim.matrix.diagonal().max()
+    with pytest.raises(ValueError, match="positive definite"):
+        ConstantFactor(-sp.identity(5, format="csc"))
+
+
+def _energy(sim, x, x_n, v_n, target):
+    """Ψ of one sub-step (forward.py's module docstring), written out term by term."""
+    s, h, top = sim.settings, sim.substep_s, sim.topology
+    inertial = x_n + h * v_n
+    lagged = x_n + s.lag_blend * h * v_n
+    capped = x_n + np.clip(target - x_n, -s.reproducibility, s.reproducibility)
+    energy = 0.5 * (sim.inertia * ((x - inertial) ** 2).sum(1)).sum()
+    energy += 0.5 * (sim.damping * ((x - x_n) ** 2).sum(1)).sum()
+    energy += 0.5 * (sim.actuation * ((x - capped) ** 2).sum(1)).sum()
+    a, b = top.edges.T
+    direction = lagged[a] - lagged[b]
+    d = top.edge_rest_length[:, None] * direction / np.linalg.norm(direction, axis=1, keepdims=True)
+    energy += 0.5 * (sim.edge_weight * ((x[a] - x[b] - d) ** 2).sum(1)).sum()
+    q_hat = np.einsum("dk,dkc->dc", top.bend_weights, lagged[top.dihedrals])
+    norm = np.linalg.norm(q_hat, axis=1, keepdims=True)
+    d = np.where(top.bend_rest_length[:, None] > 0, top.bend_rest_length[:, None] * q_hat / np.maximum(norm, 1e-300), 0)
+    q = np.einsum("dk,dkc->dc", top.bend_weights, x[top.dihedrals])
+    energy += 0.5 * (sim.bend_weight * ((q - d) ** 2).sum(1)).sum()
+    return energy
+
+
+def _rhs(sim, x_n, v_n, target, out):
+    s = sim.settings
+    substep_rhs(x_n, v_n, target, sim.substep_s, s.lag_blend, s.reproducibility, sim.inertia, sim.damping,
+                sim.actuation, sim.topology.edges, sim.edge_weight, sim.topology.edge_rest_length,
+                sim.topology.dihedrals, sim.topology.bend_weights, sim.bend_weight, sim.topology.bend_rest_length,
+                out)
+
+
+def test_the_fused_substep_gradient_equals_the_energies_module():
+    """b = K xⁿ − ∇Ψ(xⁿ) with ∇Ψ and K from energies.py (lagged directions at x̂ of Eq. 12,
+    capped targets of Eq. 6, inertia + damping), for a stiffness that varies per vertex."""
+    shell = sheet_shell(cells=10)
+    rng = np.random.default_rng(4)
+    shell = dataclasses.replace(shell, strain_stiffness=rng.uniform(0.1, 10, len(shell.coarse_rest)),
+                                bending_stiffness=rng.uniform(0.1, 10, len(shell.coarse_rest)))
+    sim = ShellSimulator(shell)
+    s, h = sim.settings, sim.substep_s
+    x_n = sim.rest + 0.01 * rng.normal(size=sim.rest.shape)
+    v_n = 0.3 * rng.normal(size=sim.rest.shape)
+    target = sim.coarse_rig(np.array([1.0, 1.0])) + 0.02 * rng.normal(size=sim.rest.shape)
+    lagged = x_n + s.lag_blend * h * v_n
+    strain = energies.SpringEnergy(energies.strain_springs(sim.topology), shell.strain_stiffness, lagged)
+    bending = energies.SpringEnergy(energies.bending_springs(sim.topology), shell.bending_stiffness, lagged)
+    actuation = energies.DiagonalQuadratic(energies.actuation_stiffness(sim.topology, s.max_pressure, s.reproducibility),
+                                           energies.capped_targets(x_n, target, s.reproducibility))
+    inertia = energies.DiagonalQuadratic(*energies.inertia_terms(sim.mass, h, s.damping, x_n + h * v_n, x_n))
+    gradient = sum(term.gradient(x_n) for term in (strain, bending, actuation, inertia)).reshape(-1, 3)
+    hessian = sum(term.hessian(x_n) for term in (strain, bending, actuation, inertia))
+    assert abs(hessian - sp.kron(sim.matrix, sp.identity(3))).max() < 1e-9 * abs(hessian).max()
+    rhs = np.zeros_like(x_n)
+    _rhs(sim, x_n, v_n, target, rhs)
+    expected = sim.matrix @ x_n - gradient
+    assert np.abs(rhs - expected).max() < 1e-10 * np.abs(expected).max()
+
+
+def test_one_substep_minimises_the_written_out_energy():
+    """x = K⁻¹ b is the minimiser: the finite-difference gradient of Ψ vanishes there, and
+    K x − b is the gradient elsewhere (so b = K x^n − ∇Ψ(x^n))."""
+    shell = sheet_shell(cells=8, stiffness=3.0)
+    sim = ShellSimulator(shell)
+    rng = np.random.default_rng(2)
+    x_n = sim.rest + 0.01 * rng.normal(size=sim.rest.shape)
+    v_n = 0.5 * rng.normal(size=sim.rest.shape)
+    target = sim.coarse_rig(np.array([1.0, 0.5]))
+    s = sim.settings
+    rhs = np.zeros_like(x_n)
+    _rhs(sim, x_n, v_n, target, rhs)
+    probe = x_n + 0.003 * rng.normal(size=x_n.shape)
+    step = 1e-6
+    numeric = np.zeros(probe.size)
+    for index in range(probe.size):
+        bump = np.zeros(probe.size)
+        bump[index] = step
+        numeric[index] = (_energy(sim, probe + bump.reshape(-1, 3), x_n, v_n, target)
+                          - _energy(sim, probe - bump.reshape(-1, 3), x_n, v_n, target)) / (2 * step)
+    analytic = (sim.matrix @ probe - rhs).ravel()
+    assert np.abs(numeric - analytic).max() < 1e-5 * np.abs(analytic).max()
+
+
+def test_the_rest_pose_stays_at_rest():
+    sim = ShellSimulator(sheet_shell(stiffness=1.0))
+    for _ in range(20):
+        sim.step(None)
+    assert np.abs(sim.coarse_positions - sim.rest).max() < 1e-12
+    assert np.abs(sim.fine_positions_m() - sim.fine_rest_m).max() < 1e-12
+
+
+@pytest.mark.parametrize("stiffness", [0.1, 1.0])
+def test_a_held_shape_key_converges_to_its_coarse_target_within_the_tolerance(stiffness):
+    sim = ShellSimulator(sheet_shell(stiffness=stiffness))
+    weights = np.array([1.0, 1.0])
+    for _ in range(30):
+        sim.step(weights)
+    error = np.abs(sim.coarse_positions - sim.target).max()
+    assert error < sim.settings.reproducibility
+    # Settled: a further second changes nothing visible.
+    before = sim.coarse_positions.copy()
+    for _ in range(30):
+        sim.step(weights)
+    assert np.abs(sim.coarse_positions - before).max() < 1e-6
+
+
+def test_the_factor_is_made_once_however_many_frames_run():
+    sim = ShellSimulator(sheet_shell())
+    sphere = SphereCollider([0.1, 0.1, 0.1], 0.02)
+    for frame in range(10):
+        sim.step([frame / 10, 0.0], colliders=[sphere], dt=1 / 30)
+    assert sim.factorisations == 1
+
+
+def test_thirty_fps_frames_take_whole_substeps_and_keep_the_time():
+    sim = ShellSimulator(sheet_shell())
+    taken = [sim.step(None, dt=1 / 30) for _ in range(30)]
+    assert set(taken) <= {16, 17}
+    assert abs(sum(taken) * sim.substep_s - 1.0) < sim.substep_s
+
+
+def _push_sphere(max_depth, depth_into_sheet, frames=40):
+    """A sphere pressed into the sheet's top (outward +z) at the middle, radius 0.1 face units."""
+    shell = sheet_shell(stiffness=1.0, max_depth=max_depth, hole=False)
+    sim = ShellSimulator(shell)
+    radius = 0.1
+    top = np.array([0.5, 0.5, 0.15])            # the sheet's surface point under the sphere
+    start = top + np.array([0, 0, radius + 0.02])
+    end = top + np.array([0, 0, radius - depth_into_sheet])
+    sphere = SphereCollider(start * shell.face_height_m, radius * shell.face_height_m)
+    for frame in range(frames):
+        share = min(frame / (frames // 2), 1.0)
+        sphere.centre_m = (start + share * (end - start)) * shell.face_height_m
+        sim.step(None, colliders=[sphere])
+    return sim, sphere, radius
+
+
+def test_a_pushed_sphere_leaves_no_vertex_inside_it():
+    sim, sphere, radius = _push_sphere(max_depth=0.2, depth_into_sheet=0.04)
+    distance, _ = analytic_signed_distances(sim.coarse_positions, sphere, 1 / sim.face_height_m)
+    assert distance.min() >= -1e-9
+    # The sheet did move: the vertex under the sphere is pushed about as deep as the sphere went.
+    middle = np.argmin(np.linalg.norm(sim.rest - [0.5, 0.5, 0.15], axis=1))
+    assert sim.rest[middle, 2] - sim.coarse_positions[middle, 2] > 0.03
+    assert sim.contact_force_n > 0
+
+
+def test_no_vertex_sinks_deeper_than_its_max_depth():
+    max_depth = 0.01
+    sim, sphere, _ = _push_sphere(max_depth=max_depth, depth_into_sheet=0.05)
+    normals = np.zeros_like(sim.rest)
+    from solver.shell.forward import vertex_normals
+    vertex_normals(sim.target, sim.topology.triangles, normals)
+    depth = -((sim.coarse_positions - sim.target) * normals).sum(1)
+    assert depth.max() <= max_depth + 1e-9
+    assert depth.max() > 0.5 * max_depth
+
+
+def test_prescribed_vertices_follow_the_target():
+    shell = sheet_shell(prescribed=np.arange(40))
+    sim = ShellSimulator(shell)
+    sim.step([1.0, 0.0], dt=0.01)
+    assert np.abs(sim.coarse_positions[:40] - sim.target[:40]).max() < 1e-15
+
+
+def test_pulling_moves_the_grabbed_vertices_with_the_sphere():
+    shell = sheet_shell(stiffness=1.0, hole=False)
+    sim = ShellSimulator(shell)
+    h = shell.face_height_m
+    centre = np.array([0.5, 0.5, 0.15])
+    grabbed = sim.grab(centre * h, 0.05 * h)
+    assert grabbed > 0
+    vertices = sim.grabbed_vertices
+    offsets = sim.coarse_positions[vertices] - centre
+    pulled = centre + np.array([0.0, 0.0, 0.05])
+    sim.move_grab(pulled * h)
+    for _ in range(5):
+        sim.step(None)
+    assert np.abs(sim.coarse_positions[vertices] - (pulled + offsets)).max() < 1e-12
+    # Their neighbours come along, less far.
+    neighbours = np.setdiff1d(np.unique(sim.topology.edges[np.isin(sim.topology.edges, vertices).any(1)]), vertices)
+    lift = sim.coarse_positions[neighbours, 2] - sim.rest[neighbours, 2]
+    assert (lift > 0.001).all() and (lift < 0.05).all()
+    sim.release()
+    for _ in range(60):
+        sim.step(None)
+    assert np.abs(sim.coarse_positions - sim.rest).max() < 0.005
+
+
+def test_the_fine_mesh_is_the_warp_plus_the_weighted_detail():
+    shell = sheet_shell(detail_scale=1e-3)
+    sim = ShellSimulator(shell)
+    weights = np.array([0.5, 0.25])
+    sim.step(weights, dt=0.01)
+    expected = (shell.fine_rest_m + (sim.coarse_positions - sim.rest) * shell.face_height_m
+                + (weights @ shell.detail.toarray()).reshape(-1, 3))
+    assert np.abs(sim.fine_positions_m() - expected).max() < 1e-14
+    assert set(sim.timings) == {"coarse_rig", "simulate", "warp_detail"}
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (SphereCollider([0.1, 0.2, 0.3], 0.15), lambda p: sdf.sphere_signed_distance(p, [0.1, 0.2, 0.3], 0.15)),
+    lambda: (CapsuleCollider([0, 0, 0], [0.3, 0.1, 0.0], 0.1),
+             lambda p: sdf.capsule_signed_distance(p, [0, 0, 0], [0.3, 0.1, 0.0], 0.1)),
+    lambda: (BoxCollider([0.1, 0, 0], _rotation(), [0.1, 0.2, 0.05]),
+             lambda p: sdf.box_signed_distance(p, [0.1, 0, 0], _rotation(), [0.1, 0.2, 0.05])),
+])
+def test_the_compiled_signed_distances_agree_with_the_collisions_package(make):
+    collider, reference = make()
+    points = np.random.default_rng(3).uniform(-0.4, 0.5, size=(500, 3))
+    value, closest = analytic_signed_distances(points, collider)
+    expected = reference(points)
+    assert (value < 0).any() and (value > 0).any()
+    assert np.abs(value - expected.value).max() < 1e-12
+    assert np.abs(closest - expected.closest).max() < 1e-12
+
+
+def _rotation():
+    angle = 0.4
+    c, s = np.cos(angle), np.sin(angle)
+    return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1.0]])
+
+
+def _icosphere(radius, centre):
+    t = (1 + 5 ** 0.5) / 2
+    vertices = np.array([[-1, t, 0], [1, t, 0], [-1, -t, 0], [1, -t, 0], [0, -1, t], [0, 1, t], [0, -1, -t],
+                         [0, 1, -t], [t, 0, -1], [t, 0, 1], [-t, 0, -1], [-t, 0, 1]], dtype=float)
+    faces = np.array([[0, 11, 5], [0, 5, 1], [0, 1, 7], [0, 7, 10], [0, 10, 11], [1, 5, 9], [5, 11, 4],
+                      [11, 10, 2], [10, 7, 6], [7, 1, 8], [3, 9, 4], [3, 4, 2], [3, 2, 6], [3, 6, 8], [3, 8, 9],
+                      [4, 9, 5], [2, 4, 11], [6, 2, 10], [8, 6, 7], [9, 8, 1]])
+    for _ in range(2):
+        edges = {}
+        new_faces = []
+        vertices = list(vertices)
+        for a, b, c in faces:
+            middle = []
+            for i, j in ((a, b), (b, c), (c, a)):
+                key = (min(i, j), max(i, j))
+                if key not in edges:
+                    edges[key] = len(vertices)
+                    vertices.append((vertices[i] + vertices[j]) / 2)
+                middle.append(edges[key])
+            ab, bc, ca = middle
+            new_faces += [[a, ab, ca], [b, bc, ab], [c, ca, bc], [ab, bc, ca]]
+        vertices, faces = np.array(vertices), np.array(new_faces)
+    vertices = vertices / np.linalg.norm(vertices, axis=1, keepdims=True)
+    return vertices * radius + centre, faces
+
+
+def test_a_mesh_collider_pushes_the_sheet_out_like_the_sphere_it_approximates():
+    shell = sheet_shell(stiffness=1.0, max_depth=0.2, hole=False)
+    h = shell.face_height_m
+    vertices, faces = _icosphere(0.1 * h, np.zeros(3))
+    prop = MeshCollider(vertices, faces)
+    sim = ShellSimulator(shell)
+    top = np.array([0.5, 0.5, 0.15])
+    for frame in range(30):
+        transform = np.eye(4)
+        transform[:3, 3] = (top + [0, 0, 0.12 - 0.06 * min(frame / 15, 1.0)]) * h
+        prop.transform = transform
+        sim.step(None, colliders=[prop])
+    inside = prop.signed_distance_m(sim.coarse_positions * h)
+    assert inside.min() > -0.01 * 0.1 * h      # within the grid's accuracy of the surface
+    middle = np.argmin(np.linalg.norm(sim.rest - top, axis=1))
+    assert sim.rest[middle, 2] - sim.coarse_positions[middle, 2] > 0.02
