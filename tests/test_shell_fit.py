@@ -72,3 +72,54 @@ def test_shell_file_refuses_missing_and_pickled(tmp_path):
     np.savez(tmp_path / "pickled.npz", format_version=np.array([object()], dtype=object))
     with pytest.raises(ShellFormatError, match="never unpickled"):
         load_shell(tmp_path / "pickled.npz")
+
+
+# --------------------------------------------------------------------------- the fit on a sheet
+
+from solver.shell.stiffness_fit import QuasiStaticProblem, fit_stiffness  # noqa: E402
+from solver.shell.topology import ShellTopology  # noqa: E402
+
+
+def bump_sheet(m: int = 12):
+    """A unit sheet (m × m vertices) and three shapes, each a Gaussian bump with some shear."""
+    rest, triangles = grid_sheet(m, 1.0 / (m - 1))
+    topology = ShellTopology.from_triangles(rest, triangles)
+    x, y = rest[:, 0], rest[:, 1]
+    targets = []
+    for cx, cy, height in ((0.3, 0.4, 0.08), (0.7, 0.6, -0.06), (0.5, 0.5, 0.05)):
+        bump = height * np.exp(-((x - cx) ** 2 + (y - cy) ** 2) / 0.02)
+        targets.append(rest + np.stack([0.3 * bump, np.zeros_like(bump), bump], axis=1))
+    return topology, np.array(targets)
+
+
+def test_adjoint_gradient_matches_finite_differences():
+    topology, targets = bump_sheet()
+    problem = QuasiStaticProblem(topology, targets, newton_tolerance=1e-11)
+    rng = np.random.default_rng(0)
+    theta = np.log(0.02) + rng.normal(scale=0.3, size=2 * topology.vertex_count)
+    loss, gradient, status = problem.evaluate(theta)
+    assert status == "ok" and problem.max_deviation() < 1e-2
+    problem.accept()
+    h = 1e-5
+    for _ in range(3):
+        direction = rng.normal(size=len(theta))
+        plus = problem.evaluate(theta + h * direction, want_gradient=False)[0]
+        minus = problem.evaluate(theta - h * direction, want_gradient=False)[0]
+        assert (plus - minus) / (2 * h) == pytest.approx(gradient @ direction, rel=1e-4)
+
+
+def test_shapes_replay_within_tolerance_after_a_fit():
+    topology, targets = bump_sheet()
+    settings = ShellSettings()
+    result = fit_stiffness(topology, targets, settings=settings)
+    assert result.converged and result.iterations > 5
+    # The stiffness rose from 1e-4 until the barrier held the shapes.
+    assert result.strain_stiffness.min() > 1.0 and result.bending_stiffness.min() > 1.0
+    deviation = np.linalg.norm(result.equilibria - targets, axis=2).max()
+    assert deviation < settings.reproducibility and deviation == pytest.approx(result.max_deviation)
+    # An independent solve at the fitted stiffness, from the targets, finds the same equilibria.
+    check = QuasiStaticProblem(topology, targets, settings=settings, newton_tolerance=1e-10)
+    theta = np.log(np.concatenate([result.strain_stiffness, result.bending_stiffness]))
+    assert check.evaluate(theta, want_gradient=False)[2] == "ok"
+    check.accept()
+    assert check.max_deviation() < settings.reproducibility
