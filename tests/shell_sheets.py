@@ -1,43 +1,13 @@
 """A small synthetic shell for the forward tests: a curved sheet with a hole and two "shape
-keys" (a bump out of the sheet, a stretch along it), in the fields of the spec's ShellModel.
-
-Until shell_file.ShellModel exists on this branch the tests use the stand-in below (never
-solver code): a frozen dataclass with the same field names, which is all ShellSimulator reads.
-"""
+keys" (a bump out of the sheet, a stretch along it), as a ShellModel (shell_file.py) whose
+fine mesh is the coarse one (identity maps)."""
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from solver.shell.settings import ShellSettings
-
-
-@dataclass(frozen=True)
-class SheetShell:
-    face_height_m: float
-    coarse_rest: np.ndarray
-    coarse_triangles: np.ndarray
-    coarse_from_fine: sp.csr_matrix
-    fine_from_coarse: sp.csr_matrix
-    shape_names: tuple
-    coarse_deltas: np.ndarray
-    strain_stiffness: np.ndarray
-    bending_stiffness: np.ndarray
-    max_depth: np.ndarray
-    prescribed: np.ndarray
-    fine_rest_m: np.ndarray
-    detail: sp.csr_matrix
-    fine_strain_stiffness: np.ndarray
-    fine_bending_stiffness: np.ndarray
-    settings: ShellSettings
-
-    def to_face_units(self, metres):
-        return np.asarray(metres) / self.face_height_m
-
-    def to_metres(self, face_units):
-        return np.asarray(face_units) * self.face_height_m
+from solver.shell.shell_file import ShellModel
 
 
 def sheet_grid(cells: int = 24, hole: bool = True):
@@ -61,7 +31,7 @@ def sheet_grid(cells: int = 24, hole: bool = True):
 
 
 def sheet_shell(cells: int = 24, stiffness: float = 0.05, face_height_m: float = 0.2, max_depth: float = 0.05,
-                prescribed=None, detail_scale: float = 0.0, hole: bool = True) -> SheetShell:
+                prescribed=None, detail_scale: float = 0.0, hole: bool = True) -> ShellModel:
     rest, triangles = sheet_grid(cells, hole)
     n = len(rest)
     # The sheet's outward normal is +z at its middle (triangle winding a, b, c gives +z there).
@@ -76,7 +46,7 @@ def sheet_shell(cells: int = 24, stiffness: float = 0.05, face_height_m: float =
     prescribed_mask = np.zeros(n, dtype=bool)
     if prescribed is not None:
         prescribed_mask[np.asarray(prescribed)] = True
-    return SheetShell(face_height_m=face_height_m, coarse_rest=rest, coarse_triangles=triangles,
+    return ShellModel(face_height_m=face_height_m, coarse_rest=rest, coarse_triangles=triangles,
                       coarse_from_fine=identity, fine_from_coarse=identity, shape_names=("bump", "stretch"),
                       coarse_deltas=deltas, strain_stiffness=np.full(n, stiffness),
                       bending_stiffness=np.full(n, stiffness), max_depth=np.full(n, max_depth),

@@ -3,6 +3,11 @@ on a synthetic curved sheet with a hole and two shape keys (tests/shell_sheets.p
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +17,11 @@ from shell_sheets import sheet_shell
 from solver.collisions import sdf
 from solver.shell.colliders import (BoxCollider, CapsuleCollider, MeshCollider, SphereCollider,
                                     analytic_signed_distances)
+from solver.pc2 import read_pc2
 from solver.shell import energies
 from solver.shell.forward import ShellSimulator, substep_rhs
 from solver.shell.linear import ConstantFactor
+from solver.shell.shell_file import save_shell
 
 
 def test_the_factor_solves_the_system_for_three_right_hand_sides():
@@ -289,3 +296,90 @@ def test_a_mesh_collider_pushes_the_sheet_out_like_the_sphere_it_approximates():
     assert inside.min() > -0.01 * 0.1 * h      # within the grid's accuracy of the surface
     middle = np.argmin(np.linalg.norm(sim.rest - top, axis=1))
     assert sim.rest[middle, 2] - sim.coarse_positions[middle, 2] > 0.02
+
+
+# --------------------------------------------------------------------------- the two front doors
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _solver(*args, cwd=None):
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "solver", "--json", *map(str, args)], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _lines(output: str) -> list:
+    return [json.loads(line) for line in output.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def shell_inputs(tmp_path):
+    """SHELL.npz (the sheet), WEIGHTS.npz (12 frames ramping the bump in) and a prop MESH.npz
+    (an icosphere coming down on the sheet)."""
+    shell = sheet_shell(stiffness=1.0, hole=False, detail_scale=1e-3)
+    save_shell(tmp_path / "shell.npz", shell)
+    frames = 12
+    ramp = np.linspace(0.0, 1.0, frames)
+    np.savez(tmp_path / "weights.npz", names=np.array(["bump"]), weights=ramp[:, None], fps=np.array(30.0))
+    h = shell.face_height_m
+    vertices, faces = _icosphere(0.1 * h, np.zeros(3))
+    transforms = np.tile(np.eye(4), (frames, 1, 1))
+    transforms[:, :3, 3] = (np.array([0.5, 0.5, 0.15 + 0.1]) + np.outer(1 - ramp, [0, 0, 0.05])) * h
+    np.savez(tmp_path / "prop.npz", vertices=vertices, faces=faces, transforms=transforms)
+    return tmp_path, shell, frames
+
+
+def test_shell_animate_on_the_command_line_writes_result_and_cache(shell_inputs):
+    folder, shell, frames = shell_inputs
+    done = _solver("shell-animate", folder / "shell.npz", folder / "weights.npz", "-o", folder / "result.npz",
+                   "--collider", folder / "prop.npz")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = [line for line in _lines(done.stdout) if line["type"] == "result"][0]
+    assert result["frames"] == frames and "penetration_depth_max_mm" in result
+    with np.load(folder / "result.npz", allow_pickle=False) as arrays:
+        skin = arrays["skin_positions"]
+        assert skin.shape == (frames, len(shell.fine_rest_m), 3)
+        assert set(arrays.files) >= {"skin_positions", "converged", "newton_iterations", "frame_seconds", "fps",
+                                     "skull_transforms", "jaw_transforms", "penetration_depth_max", "contacts"}
+        assert float(arrays["fps"]) == 30.0
+        assert arrays["contacts"][-1] > 0
+        assert arrays["penetration_depth_max"].max() < 0.01 * 0.1 * shell.face_height_m
+    cache, start, rate = read_pc2(folder / "result.pc2")
+    assert cache.shape == skin.shape and start == 1.0
+    assert np.abs(cache - skin).max() < 1e-6
+    # The first frame is the rig's own pose (no detail at weight 0): the rest.
+    assert np.abs(skin[0] - shell.fine_rest_m).max() < 1e-12
+    assert not (folder / ".result.partial").exists()
+
+
+def test_shell_animate_as_a_job_gives_the_same_result(shell_inputs):
+    folder, shell, frames = shell_inputs
+    direct = _solver("shell-animate", folder / "shell.npz", folder / "weights.npz", "-o", folder / "direct.npz")
+    assert direct.returncode == 0, direct.stdout + direct.stderr
+    job = {"schema_version": 1, "command": "shell-animate",
+           "inputs": {"shell": "shell.npz", "weights": "weights.npz", "colliders": []},
+           "outputs": {"result": "job_result.npz"}, "settings": {"cache_start_frame": 5.0}}
+    (folder / "job.json").write_text(json.dumps(job))
+    ran = _solver("run-job", folder)
+    lines = _lines(ran.stdout)
+    assert ran.returncode == 0 and lines[-1] == {"type": "done", "status": "ok", "exit_code": 0}, ran.stdout
+    with np.load(folder / "direct.npz") as a, np.load(folder / "job_result.npz") as b:
+        assert np.array_equal(a["skin_positions"], b["skin_positions"])
+    assert read_pc2(folder / "job_result.pc2")[1] == 5.0
+
+
+def test_shell_animate_refuses_bad_input_with_the_field_named(shell_inputs):
+    folder, _, _ = shell_inputs
+    np.savez(folder / "bad_weights.npz", names=np.array(["frown"]), weights=np.ones((3, 1)))
+    done = _solver("shell-animate", folder / "shell.npz", folder / "bad_weights.npz", "-o", folder / "r.npz")
+    assert done.returncode == 2
+    error = [line for line in _lines(done.stdout) if line["type"] == "error"][0]["message"]
+    assert "WEIGHTS" in error and "frown" in error and "not in the shell" in error
+    done = _solver("shell-animate", folder / "weights.npz", folder / "weights.npz", "-o", folder / "r.npz")
+    assert done.returncode == 2 and "SHELL" in done.stdout
+    job = {"schema_version": 1, "command": "shell-animate", "inputs": {"shell": "shell.npz", "weights": "weights.npz"},
+           "outputs": {"result": "r.npz"}, "settings": {"fps": -1}}
+    (folder / "job.json").write_text(json.dumps(job))
+    ran = _solver("run-job", folder)
+    assert ran.returncode == 2 and "settings.fps" in ran.stdout

@@ -92,6 +92,7 @@ class ShellSimulator:
         self._normals = np.zeros((n, 3))
         self.timings = {"coarse_rig": 0.0, "simulate": 0.0, "warp_detail": 0.0}
         self.contact_force_n = 0.0
+        self.contacts = 0
         self._grab: Grab | None = None
         self._previous_colliders: dict = {}
         self.reset()
@@ -165,6 +166,7 @@ class ShellSimulator:
         if substeps > 0:
             vertex_normals(target, self.topology.triangles, self._normals)
         force = np.zeros(3)
+        contacts = 0
         grab = self._grab
         s = self.settings
         x, v = self.coarse_positions, self.velocities
@@ -176,14 +178,16 @@ class ShellSimulator:
                         self.topology.edge_rest_length, self.topology.dihedrals,
                         self.topology.bend_weights, self.bend_weight, self.topology.bend_rest_length, self._rhs)
             solved = self.factor.solve(self._rhs)
+            contacts = 0
             if len(kinds):
                 packed = packed_start + beta * (packed_end - packed_start)
-                project_analytic(solved, kinds, packed, self.mass, force)
+                contacts += project_analytic(solved, kinds, packed, self.mass, force)
             for collider, start, end in meshes:
                 transform = end.copy()
                 transform[:3, 3] = start[:3, 3] + beta * (end[:3, 3] - start[:3, 3])
                 moved, correction = collider.project(solved, 1.0 / self.face_height_m, transform)
                 force += self.mass[moved] @ correction
+                contacts += len(moved)
             limit_depth(solved, sub_target, self._normals, self.max_depth)
             if len(self.prescribed):
                 solved[self.prescribed] = sub_target[self.prescribed]
@@ -198,6 +202,7 @@ class ShellSimulator:
         self.target = target
         self.weights = weights
         self.substeps_taken = substeps
+        self.contacts = contacts            # collider corrections in the frame's last sub-step
         # The collider's push on the shell, m Δx / h² per sub-step, averaged over the frame and
         # turned around: the force on the collider (N at unit face height).
         self.contact_force_n = float(np.linalg.norm(force)) / (self.substep_s ** 2 * max(substeps, 1))
