@@ -60,7 +60,7 @@ def _rhs(sim, x_n, v_n, target, out):
     substep_rhs(x_n, v_n, target, sim.substep_s, s.lag_blend, s.reproducibility, sim.inertia, sim.damping,
                 sim.actuation, sim.topology.edges, sim.edge_weight, sim.topology.edge_rest_length,
                 sim.topology.dihedrals, sim.topology.bend_weights, sim.bend_weight, sim.topology.bend_rest_length,
-                out)
+                out, np.zeros_like(out))
 
 
 def test_the_fused_substep_gradient_equals_the_energies_module():

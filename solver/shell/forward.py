@@ -87,8 +87,9 @@ class ShellSimulator:
         self.fine_from_coarse = sp.csr_matrix(model.fine_from_coarse)
         self.fine_rest_m = np.ascontiguousarray(model.fine_rest_m, dtype=np.float64)
         self.detail = sp.csr_matrix(model.detail)                  # (K, 3V) metres
-        self._detail_by_vertex = sp.csr_matrix(self.detail.T)     # (3V, K): one sparse product per frame
+        self.detail.sort_indices()
         self._rhs = np.zeros((n, 3))
+        self._lagged = np.zeros((n, 3))
         self._normals = np.zeros((n, 3))
         self.timings = {"coarse_rig": 0.0, "simulate": 0.0, "warp_detail": 0.0}
         self.contact_force_n = 0.0
@@ -176,7 +177,8 @@ class ShellSimulator:
             substep_rhs(x, v, sub_target, self.substep_s, s.lag_blend, s.reproducibility, self.inertia,
                         self.damping, self.actuation, self.topology.edges, self.edge_weight,
                         self.topology.edge_rest_length, self.topology.dihedrals,
-                        self.topology.bend_weights, self.bend_weight, self.topology.bend_rest_length, self._rhs)
+                        self.topology.bend_weights, self.bend_weight, self.topology.bend_rest_length, self._rhs,
+                        self._lagged)
             solved = self.factor.solve(self._rhs)
             contacts = 0
             if len(kinds):
@@ -245,9 +247,10 @@ class ShellSimulator:
         if self._fine_cache is None:
             started = time.perf_counter()
             displacement = (self.coarse_positions - self.rest) * self.face_height_m
-            fine = self.fine_rest_m + self.fine_from_coarse @ displacement
-            if self.detail.nnz and self.weights.any():
-                fine += (self._detail_by_vertex @ self.weights).reshape(-1, 3)
+            fine = np.empty_like(self.fine_rest_m)
+            warp = self.fine_from_coarse
+            warp_and_detail(self.fine_rest_m, warp.indptr, warp.indices, warp.data, displacement, self.detail.indptr,
+                            self.detail.indices, self.detail.data, self.weights, fine.reshape(-1))
             self._fine_cache = fine
             self.timings["warp_detail"] = time.perf_counter() - started
         return self._fine_cache
@@ -257,10 +260,11 @@ class ShellSimulator:
 
 @njit(cache=True, fastmath=True)
 def substep_rhs(x, v, target, h, alpha, cap, inertia, damping, actuation, edges, edge_weight, edge_length,
-                dihedrals, bend_weights, bend_weight, bend_length, out):
+                dihedrals, bend_weights, bend_weight, bend_length, out, lagged):
     """b = K x^n − ∇Ψ(x^n) of one sub-step (module docstring), written into `out` (n, 3): the
     gradients of energies.py fused into one pass (tests/test_shell_forward.py checks they
-    agree). A lagged direction whose vector has vanished is zero, as there."""
+    agree). A lagged direction whose vector has vanished is zero, as there. `lagged` (n, 3) is
+    scratch for x̂, computed once per vertex rather than once per element."""
     n = x.shape[0]
     blend = alpha * h
     for i in range(n):
@@ -269,11 +273,12 @@ def substep_rhs(x, v, target, h, alpha, cap, inertia, damping, actuation, edges,
             pull = min(max(pull, -cap), cap)
             out[i, c] = (inertia[i] * (x[i, c] + h * v[i, c]) + damping[i] * x[i, c]
                          + actuation[i] * (x[i, c] + pull))
+            lagged[i, c] = x[i, c] + blend * v[i, c]
     for e in range(edges.shape[0]):
         a, b = edges[e, 0], edges[e, 1]
-        d0 = (x[a, 0] + blend * v[a, 0]) - (x[b, 0] + blend * v[b, 0])
-        d1 = (x[a, 1] + blend * v[a, 1]) - (x[b, 1] + blend * v[b, 1])
-        d2 = (x[a, 2] + blend * v[a, 2]) - (x[b, 2] + blend * v[b, 2])
+        d0 = lagged[a, 0] - lagged[b, 0]
+        d1 = lagged[a, 1] - lagged[b, 1]
+        d2 = lagged[a, 2] - lagged[b, 2]
         length = np.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
         if not length > SHORTEST:
             continue
@@ -293,9 +298,9 @@ def substep_rhs(x, v, target, h, alpha, cap, inertia, damping, actuation, edges,
         for k in range(4):
             j = dihedrals[d, k]
             w = bend_weights[d, k]
-            q0 += w * (x[j, 0] + blend * v[j, 0])
-            q1 += w * (x[j, 1] + blend * v[j, 1])
-            q2 += w * (x[j, 2] + blend * v[j, 2])
+            q0 += w * lagged[j, 0]
+            q1 += w * lagged[j, 1]
+            q2 += w * lagged[j, 2]
         length = np.sqrt(q0 * q0 + q1 * q1 + q2 * q2)
         if not length > SHORTEST:
             continue
@@ -306,6 +311,30 @@ def substep_rhs(x, v, target, h, alpha, cap, inertia, damping, actuation, edges,
             out[j, 0] += w * q0
             out[j, 1] += w * q1
             out[j, 2] += w * q2
+
+
+@njit(cache=True)
+def warp_and_detail(fine_rest, warp_indptr, warp_indices, warp_data, displacement, detail_indptr, detail_indices,
+                    detail_data, weights, out):
+    """Eq. 14 into `out` (3V,): the rig's rest vertices plus the coarse displacement carried by
+    the warp's CSR rows, plus each active key's sparse detail (CSR rows of 3V) times its weight."""
+    for j in range(fine_rest.shape[0]):
+        s0, s1, s2 = fine_rest[j, 0], fine_rest[j, 1], fine_rest[j, 2]
+        for p in range(warp_indptr[j], warp_indptr[j + 1]):
+            i = warp_indices[p]
+            w = warp_data[p]
+            s0 += w * displacement[i, 0]
+            s1 += w * displacement[i, 1]
+            s2 += w * displacement[i, 2]
+        out[3 * j] = s0
+        out[3 * j + 1] = s1
+        out[3 * j + 2] = s2
+    for k in range(weights.shape[0]):
+        w = weights[k]
+        if w == 0.0:
+            continue
+        for p in range(detail_indptr[k], detail_indptr[k + 1]):
+            out[detail_indices[p]] += w * detail_data[p]
 
 
 @njit(cache=True)
