@@ -28,7 +28,6 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-import scipy.sparse as sp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,40 +35,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.bench_info import commit  # noqa: E402
 from solver.shell.forward import ShellSimulator  # noqa: E402
-from solver.shell.settings import ShellSettings  # noqa: E402
 from solver.shell.shell_file import ShellModel, load_shell  # noqa: E402
+from shell_sheets import shell_from_rig  # noqa: E402
 
 UPDATES = 200
 WARM_UP = 20
-
-
-def shell_from_rig(rig, triangles: int) -> ShellModel:
-    """A uniform-stiffness ShellModel of the rig's skin at `triangles` (module docstring)."""
-    from solver.rig import triangulate
-    from solver.shell.remesh import remesh_skin
-    from solver.shell.scale import face_height
-    from solver.shell.transfer import RigTransfer
-    fine = np.asarray(rig.vertices, dtype=np.float64)
-    fine_triangles = triangulate(np.asarray(rig.faces), fine)
-    deltas = np.asarray(rig.shape_key_deltas, dtype=np.float64)
-    height = face_height(fine, deltas)
-    settings = ShellSettings(triangles=triangles)
-    coarse = remesh_skin(fine, fine_triangles, triangles)
-    transfer = RigTransfer.build(fine, fine_triangles, coarse.vertices, coarse.triangles, deltas)
-    coarse_deltas = transfer.coarse_deltas(deltas)                       # metres
-    warped = np.stack([transfer.fine_from_coarse @ delta for delta in coarse_deltas])
-    detail = (deltas - warped).reshape(len(deltas), -1)
-    detail[np.abs(detail) < settings.detail_clip * height] = 0.0
-    n, count = len(coarse.vertices), len(fine)
-    return ShellModel(face_height_m=height, coarse_rest=coarse.vertices / height,
-                      coarse_triangles=np.asarray(coarse.triangles, dtype=np.int64),
-                      coarse_from_fine=transfer.coarse_from_fine, fine_from_coarse=transfer.fine_from_coarse,
-                      shape_names=tuple(str(name) for name in rig.shape_key_names),
-                      coarse_deltas=coarse_deltas / height, strain_stiffness=np.ones(n),
-                      bending_stiffness=np.ones(n), max_depth=np.full(n, settings.thin_depth),
-                      prescribed=np.zeros(n, dtype=bool), fine_rest_m=fine, detail=sp.csr_matrix(detail),
-                      fine_strain_stiffness=np.ones(count), fine_bending_stiffness=np.ones(count),
-                      settings=settings)
 
 
 def animation(shape_count: int, frames: int, fps: float, seed: int = 0) -> np.ndarray:

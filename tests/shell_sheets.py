@@ -1,6 +1,7 @@
-"""A small synthetic shell for the forward tests: a curved sheet with a hole and two "shape
-keys" (a bump out of the sheet, a stretch along it), as a ShellModel (shell_file.py) whose
-fine mesh is the coarse one (identity maps)."""
+"""Shells for the forward tests and bench/shell.py: a small synthetic curved sheet with a hole
+and two "shape keys" (a bump out of the sheet, a stretch along it), as a ShellModel
+(shell_file.py) whose fine mesh is the coarse one (identity maps); and, until fitted shells
+exist, a uniform-stiffness shell of a real rig's skin (`shell_from_rig`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,3 +54,35 @@ def sheet_shell(cells: int = 24, stiffness: float = 0.05, face_height_m: float =
                       prescribed=prescribed_mask, fine_rest_m=rest * face_height_m, detail=detail,
                       fine_strain_stiffness=np.full(n, stiffness), fine_bending_stiffness=np.full(n, stiffness),
                       settings=ShellSettings())
+
+
+def shell_from_rig(rig, triangles: int) -> ShellModel:
+    """A ShellModel of the rig's skin remeshed to `triangles` (remesh.py) with the rig maps of
+    transfer.py, UNIFORM stiffness 1 (N/m at unit face height; not fitted), max depth δ_thin
+    everywhere, no prescribed eyelids, and each key's detail taken as its fine delta minus its
+    warped coarse delta, clipped below 1e-4 face heights (a quasi-static stand-in for Eq. 13)."""
+    from solver.rig import triangulate
+    from solver.shell.remesh import remesh_skin
+    from solver.shell.scale import face_height
+    from solver.shell.transfer import RigTransfer
+    fine = np.asarray(rig.vertices, dtype=np.float64)
+    fine_triangles = triangulate(np.asarray(rig.faces), fine)
+    deltas = np.asarray(rig.shape_key_deltas, dtype=np.float64)
+    height = face_height(fine, deltas)
+    settings = ShellSettings(triangles=triangles)
+    coarse = remesh_skin(fine, fine_triangles, triangles)
+    transfer = RigTransfer.build(fine, fine_triangles, coarse.vertices, coarse.triangles, deltas)
+    coarse_deltas = transfer.coarse_deltas(deltas)                       # metres
+    warped = np.stack([transfer.fine_from_coarse @ delta for delta in coarse_deltas])
+    detail = (deltas - warped).reshape(len(deltas), -1)
+    detail[np.abs(detail) < settings.detail_clip * height] = 0.0
+    n, count = len(coarse.vertices), len(fine)
+    return ShellModel(face_height_m=height, coarse_rest=coarse.vertices / height,
+                      coarse_triangles=np.asarray(coarse.triangles, dtype=np.int64),
+                      coarse_from_fine=transfer.coarse_from_fine, fine_from_coarse=transfer.fine_from_coarse,
+                      shape_names=tuple(str(name) for name in rig.shape_key_names),
+                      coarse_deltas=coarse_deltas / height, strain_stiffness=np.ones(n),
+                      bending_stiffness=np.ones(n), max_depth=np.full(n, settings.thin_depth),
+                      prescribed=np.zeros(n, dtype=bool), fine_rest_m=fine, detail=sp.csr_matrix(detail),
+                      fine_strain_stiffness=np.ones(count), fine_bending_stiffness=np.ones(count),
+                      settings=settings)

@@ -383,3 +383,56 @@ def test_shell_animate_refuses_bad_input_with_the_field_named(shell_inputs):
     (folder / "job.json").write_text(json.dumps(job))
     ran = _solver("run-job", folder)
     assert ran.returncode == 2 and "settings.fps" in ran.stdout
+
+
+# --------------------------------------------------------------------------- the ICT face
+
+@pytest.fixture(scope="module")
+def ict_shell():
+    from ict_data import ict_available, load_ict_rig
+    if not ict_available():
+        pytest.skip("ICT FaceKit data not in ../shared/data")
+    from shell_sheets import shell_from_rig
+    rig = load_ict_rig()
+    return rig, shell_from_rig(rig, 2000)
+
+
+PLACES = {"cheek": ("mp68_03", "mp68_31"), "nose": ("mp68_30",), "lips": ("mp68_51",)}
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+@pytest.mark.parametrize("push", [0.03, 0.10])
+def test_a_sphere_pushed_into_the_ict_face_stays_out_and_no_deeper_than_the_bone(ict_shell, place, push):
+    """Issue 40's acceptance on a uniform-stiffness ICT shell (2k triangles): a sphere of 0.08 face
+    heights pressed `push` face heights into cheek, nose or lips. Within the max depth (δ_thin =
+    0.05) no coarse vertex stays inside it; pushed deeper, the bone (max depth) wins."""
+    rig, shell = ict_shell
+    names = [str(name) for name in rig.landmark_names]
+    point = np.mean([rig.vertices[rig.landmark_vertices[names.index(name)]] for name in PLACES[place]], axis=0)
+    sim = ShellSimulator(shell)
+    normals = np.zeros_like(sim.rest)
+    from solver.shell.forward import vertex_normals
+    vertex_normals(sim.rest, sim.topology.triangles, normals)
+    # The nearest front-facing coarse vertex (not the mouth or eye sockets' lining behind it).
+    tip = rig.vertices[rig.landmark_vertices[names.index("mp68_30")]] / shell.face_height_m
+    front = normals[int(np.argmin(np.linalg.norm(sim.rest - tip, axis=1)))]
+    distance = np.linalg.norm(sim.rest - point / shell.face_height_m, axis=1)
+    distance[normals @ front < 0.3] = np.inf
+    nearest = int(np.argmin(distance))
+    surface, normal = sim.rest[nearest], normals[nearest]
+    # The triangles face outwards: the normal points away from the head's middle.
+    assert normal @ (surface - sim.rest.mean(axis=0)) > 0
+    radius = 0.08
+    start, end = surface + (radius + 0.02) * normal, surface + (radius - push) * normal
+    sphere = SphereCollider(start * shell.face_height_m, radius * shell.face_height_m)
+    for frame in range(40):
+        sphere.centre_m = (start + min(frame / 20, 1.0) * (end - start)) * shell.face_height_m
+        sim.step(None, colliders=[sphere])
+    depth = -((sim.coarse_positions - sim.target) * normals).sum(1)
+    assert depth.max() <= sim.max_depth.max() + 1e-9
+    distance, _ = analytic_signed_distances(sim.coarse_positions, sphere, 1 / shell.face_height_m)
+    if push < sim.max_depth.min():
+        assert distance.min() >= -1e-9
+        assert depth[nearest] > 0.5 * push
+    # Pushed past the bone, the skin may end on either side of the sphere, but never deeper.
+    assert np.isfinite(sim.fine_positions_m()).all()
