@@ -40,7 +40,7 @@ from numba import njit
 
 from .colliders import Grab, MeshCollider, project_analytic
 from .energies import bending_springs, strain_springs
-from .linear import ConstantFactor
+from .linear import ConstantFactor, _solve
 from .topology import ShellTopology
 
 # energies.py's shortest spring vector with a direction.
@@ -83,13 +83,15 @@ class ShellSimulator:
         self.factor = ConstantFactor(self.matrix)
         self.factorisations = 1
         self.max_depth = np.ascontiguousarray(model.max_depth, dtype=np.float64)
-        self.prescribed = np.flatnonzero(np.asarray(model.prescribed, dtype=bool))
+        self.prescribed = np.flatnonzero(np.asarray(model.prescribed, dtype=bool)).astype(np.int64)
         self.fine_from_coarse = sp.csr_matrix(model.fine_from_coarse)
         self.fine_rest_m = np.ascontiguousarray(model.fine_rest_m, dtype=np.float64)
         self.detail = sp.csr_matrix(model.detail)                  # (K, 3V) metres
         self.detail.sort_indices()
         self._rhs = np.zeros((n, 3))
         self._lagged = np.zeros((n, 3))
+        self._sub_target = np.zeros((n, 3))
+        self._solved = np.zeros((n, 3))
         self._normals = np.zeros((n, 3))
         self.timings = {"coarse_rig": 0.0, "simulate": 0.0, "warp_detail": 0.0}
         self.contact_force_n = 0.0
@@ -167,17 +169,59 @@ class ShellSimulator:
         if substeps > 0:
             vertex_normals(target, self.topology.triangles, self._normals)
         force = np.zeros(3)
-        contacts = 0
         grab = self._grab
-        s = self.settings
+        if meshes:
+            contacts = self._substeps_in_python(substeps, previous_target, target, kinds, packed_start, packed_end,
+                                                meshes, force)
+        else:
+            contacts = self._substeps_compiled(substeps, previous_target, target, kinds, packed_start, packed_end,
+                                               force)
+        if grab is not None:
+            grab.previous_centre = grab.centre.copy()
+        self.target = target
+        self.weights = weights
+        self.substeps_taken = substeps
+        self.contacts = contacts            # collider corrections in the frame's last sub-step
+        # The collider's push on the shell, m Δx / h² per sub-step, averaged over the frame and
+        # turned around: the force on the collider (N at unit face height).
+        self.contact_force_n = float(np.linalg.norm(force)) / (self.substep_s ** 2 * max(substeps, 1))
+        self._fine_cache = None
+        finished = time.perf_counter()
+        self.timings = {"coarse_rig": rigged - started, "simulate": finished - rigged, "warp_detail": 0.0}
+        return substeps
+
+    def _grab_arrays(self):
+        grab = self._grab
+        if grab is None:
+            return np.zeros(0, np.int64), np.zeros((0, 3)), np.zeros(3), np.zeros(3)
+        return grab.vertices.astype(np.int64), grab.offsets, grab.previous_centre, grab.centre
+
+    def _substeps_compiled(self, substeps, previous_target, target, kinds, packed_start, packed_end, force) -> int:
+        """All sub-steps of a frame in one compiled call (no mesh colliders)."""
+        s, top, factor = self.settings, self.topology, self.factor
+        grab_vertices, grab_offsets, grab_start, grab_end = self._grab_arrays()
+        return simulate_substeps(
+            self.coarse_positions, self.velocities, previous_target, target, substeps, self.substep_s, s.lag_blend,
+            s.reproducibility, self.inertia, self.damping, self.actuation, self.mass, top.edges, self.edge_weight,
+            top.edge_rest_length, top.dihedrals, top.bend_weights, self.bend_weight, top.bend_rest_length,
+            factor.perm, factor.indptr, factor.indices, factor.values, factor.inverse_diagonal, kinds, packed_start,
+            packed_end, self._normals, self.max_depth, self.prescribed, grab_vertices, grab_offsets, grab_start,
+            grab_end, self._sub_target, self._rhs, self._lagged, factor.work, self._solved, force)
+
+    def _substeps_in_python(self, substeps, previous_target, target, kinds, packed_start, packed_end, meshes,
+                            force) -> int:
+        """The same sub-steps as `simulate_substeps`, with the mesh colliders' projection (which
+        queries the collisions package's hierarchy) between the compiled parts."""
+        s, top = self.settings, self.topology
+        grab_vertices, grab_offsets, grab_start, grab_end = self._grab_arrays()
         x, v = self.coarse_positions, self.velocities
+        contacts = 0
         for k in range(substeps):
             beta = (k + 1) / substeps
             sub_target = previous_target + beta * (target - previous_target)
             substep_rhs(x, v, sub_target, self.substep_s, s.lag_blend, s.reproducibility, self.inertia,
-                        self.damping, self.actuation, self.topology.edges, self.edge_weight,
-                        self.topology.edge_rest_length, self.topology.dihedrals,
-                        self.topology.bend_weights, self.bend_weight, self.topology.bend_rest_length, self._rhs,
+                        self.damping, self.actuation, top.edges, self.edge_weight, top.edge_rest_length,
+                        top.dihedrals, top.bend_weights, self.bend_weight, top.bend_rest_length, self._rhs,
                         self._lagged)
             solved = self.factor.solve(self._rhs)
             contacts = 0
@@ -191,27 +235,11 @@ class ShellSimulator:
                 force += self.mass[moved] @ correction
                 contacts += len(moved)
             limit_depth(solved, sub_target, self._normals, self.max_depth)
-            if len(self.prescribed):
-                solved[self.prescribed] = sub_target[self.prescribed]
-            if grab is not None:
-                centre = grab.previous_centre + beta * (grab.centre - grab.previous_centre)
-                solved[grab.vertices] = centre + grab.offsets
-            v = (solved - x) / self.substep_s
-            x = solved
-        if grab is not None:
-            grab.previous_centre = grab.centre.copy()
-        self.coarse_positions, self.velocities = x, v
-        self.target = target
-        self.weights = weights
-        self.substeps_taken = substeps
-        self.contacts = contacts            # collider corrections in the frame's last sub-step
-        # The collider's push on the shell, m Δx / h² per sub-step, averaged over the frame and
-        # turned around: the force on the collider (N at unit face height).
-        self.contact_force_n = float(np.linalg.norm(force)) / (self.substep_s ** 2 * max(substeps, 1))
-        self._fine_cache = None
-        finished = time.perf_counter()
-        self.timings = {"coarse_rig": rigged - started, "simulate": finished - rigged, "warp_detail": 0.0}
-        return substeps
+            solved[self.prescribed] = sub_target[self.prescribed]
+            solved[grab_vertices] = grab_start + beta * (grab_end - grab_start) + grab_offsets
+            v[:] = (solved - x) / self.substep_s
+            x[:] = solved
+        return contacts
 
     def _collider_frame(self, colliders):
         """Packed analytic colliders at the frame's end and start (the previous frame's
@@ -257,6 +285,45 @@ class ShellSimulator:
 
 
 # --------------------------------------------------------------------------- assembly
+
+@njit(cache=True)
+def simulate_substeps(x, v, previous_target, target, substeps, h, alpha, cap, inertia, damping, actuation, mass,
+                      edges, edge_weight, edge_length, dihedrals, bend_weights, bend_weight, bend_length,
+                      perm, indptr, indices, values, inverse_diagonal, kinds, packed_start, packed_end, normals,
+                      max_depth, prescribed, grab_vertices, grab_offsets, grab_start, grab_end,
+                      sub_target, rhs, lagged, work, solved, force):
+    """A frame's sub-steps (module docstring) on x, v in place; returns the collider corrections
+    of the last sub-step and adds Σ m Δx of all into `force`."""
+    n = x.shape[0]
+    contacts = 0
+    packed = packed_start.copy()
+    for k in range(substeps):
+        beta = (k + 1) / substeps
+        for i in range(n):
+            for c in range(3):
+                sub_target[i, c] = previous_target[i, c] + beta * (target[i, c] - previous_target[i, c])
+        substep_rhs(x, v, sub_target, h, alpha, cap, inertia, damping, actuation, edges, edge_weight, edge_length,
+                    dihedrals, bend_weights, bend_weight, bend_length, rhs, lagged)
+        _solve(perm, indptr, indices, values, inverse_diagonal, rhs, work, solved)
+        contacts = 0
+        if kinds.shape[0] > 0:
+            for a in range(packed.shape[0]):
+                for b in range(packed.shape[1]):
+                    packed[a, b] = packed_start[a, b] + beta * (packed_end[a, b] - packed_start[a, b])
+            contacts = project_analytic(solved, kinds, packed, mass, force)
+        limit_depth(solved, sub_target, normals, max_depth)
+        for p in prescribed:
+            for c in range(3):
+                solved[p, c] = sub_target[p, c]
+        for g in range(grab_vertices.shape[0]):
+            for c in range(3):
+                solved[grab_vertices[g], c] = grab_start[c] + beta * (grab_end[c] - grab_start[c]) + grab_offsets[g, c]
+        for i in range(n):
+            for c in range(3):
+                v[i, c] = (solved[i, c] - x[i, c]) / h
+                x[i, c] = solved[i, c]
+    return contacts
+
 
 @njit(cache=True, fastmath=True)
 def substep_rhs(x, v, target, h, alpha, cap, inertia, damping, actuation, edges, edge_weight, edge_length,
