@@ -461,3 +461,17 @@ def test_the_compiled_frame_and_the_python_frame_agree():
     assert np.abs(runs[0][1] - runs[1][1]).max() < 1e-9
     assert runs[0][2] == runs[1][2] > 0
     assert abs(runs[0][3] - runs[1][3]) < 1e-9 * runs[0][3]
+
+
+def test_a_fast_collider_is_swept_over_the_substeps_even_when_rebuilt_every_frame():
+    """Algorithm 1 updates the colliders every sub-step: a small sphere that passes through the
+    sheet within one frame still pushes it (the live session builds new colliders each frame)."""
+    shell = sheet_shell(stiffness=1.0, max_depth=0.2, hole=False)
+    h = shell.face_height_m
+    sim = ShellSimulator(shell)
+    top = np.array([0.5, 0.5, 0.15])
+    sim.step(None, colliders=[SphereCollider((top + [0, 0, 0.05]) * h, 0.03 * h)])
+    sim.step(None, colliders=[SphereCollider((top - [0, 0, 0.08]) * h, 0.03 * h)])
+    middle = np.argmin(np.linalg.norm(sim.rest - top, axis=1))
+    assert sim.rest[middle, 2] - sim.coarse_positions[middle, 2] > 0.02
+    assert sim.contact_force_n > 0

@@ -124,10 +124,9 @@ class ShellSimulator:
 
     def coarse_rig(self, weights: np.ndarray) -> np.ndarray:
         """X + Σ_b w_b u_b (n, 3) face units; only the shapes with a non-zero weight are read."""
-        active = np.flatnonzero(weights)
-        if len(active) == 0:
-            return self.rest.copy()
-        return self.rest + (weights[active] @ self.deltas[active]).reshape(-1, 3)
+        out = np.empty(3 * self.vertex_count)
+        blend_shapes(self.rest.reshape(-1), self.deltas, weights, out)
+        return out.reshape(-1, 3)
 
     # ------------------------------------------------------------------ grab (the Poke tool's pull)
     def grab(self, centre_m, radius_m) -> int:
@@ -243,25 +242,27 @@ class ShellSimulator:
 
     def _collider_frame(self, colliders):
         """Packed analytic colliders at the frame's end and start (the previous frame's
-        placement, or the end for a new one), and the mesh colliders with their two transforms."""
+        placement, or the end for a new one), and the mesh colliders with their two transforms.
+        A collider is the same as last frame's when it has the same place in the list and the
+        same type, so a caller may build new collider objects every frame (the live session)."""
         scale = 1.0 / self.face_height_m
         kinds, end, start, meshes, seen = [], [], [], [], {}
-        for collider in colliders:
-            key = id(collider)
+        for index, collider in enumerate(colliders):
+            key = (index, type(collider))
+            previous = self._previous_colliders.get(key)
             if isinstance(collider, MeshCollider):
                 current = collider.transform.copy()
-                meshes.append((collider, self._previous_colliders.get(key, (None, current))[1], current))
-                seen[key] = (collider, current)
+                meshes.append((collider, current if previous is None else previous, current))
+                seen[key] = current
                 continue
             kind, values = collider.packed(scale)
-            previous = self._previous_colliders.get(key)
             kinds.append(kind)
             end.append(values)
-            before = values.copy() if previous is None or previous[0] is not collider else previous[1].copy()
+            before = values.copy() if previous is None else previous.copy()
             if kind == 2:       # a box's axes are not interpolated, only its centre
                 before[3:] = values[3:]
             start.append(before)
-            seen[key] = (collider, values)
+            seen[key] = values
         self._previous_colliders = seen
         kinds = np.array(kinds, dtype=np.int64)
         end = np.array(end, dtype=np.float64).reshape(-1, 16)
@@ -378,6 +379,17 @@ def substep_rhs(x, v, target, h, alpha, cap, inertia, damping, actuation, edges,
             out[j, 0] += w * q0
             out[j, 1] += w * q1
             out[j, 2] += w * q2
+
+
+@njit(cache=True, fastmath=True)
+def blend_shapes(rest, deltas, weights, out):
+    """out = rest + Σ_b w_b deltas_b over the keys with a non-zero weight (flat arrays)."""
+    out[:] = rest
+    for b in range(weights.shape[0]):
+        w = weights[b]
+        if w != 0.0:
+            for j in range(out.shape[0]):
+                out[j] += w * deltas[b, j]
 
 
 @njit(cache=True)
