@@ -40,7 +40,7 @@ from numba import njit
 
 from .colliders import Grab, MeshCollider, project_analytic
 from .energies import bending_springs, strain_springs
-from .linear import ConstantFactor, _solve
+from .linear import ConstantFactor, substitute
 from .topology import ShellTopology
 
 # energies.py's shortest spring vector with a direction.
@@ -88,6 +88,17 @@ class ShellSimulator:
         self.fine_rest_m = np.ascontiguousarray(model.fine_rest_m, dtype=np.float64)
         self.detail = sp.csr_matrix(model.detail)                  # (K, 3V) metres
         self.detail.sort_indices()
+        # Unsigned copies of the element and map indices: compiled loops then skip numba's
+        # negative-index wraparound test on every access (the same 1.5× as in linear.py).
+        index = np.uint16 if n < 2 ** 16 else np.uint32
+        self._edges = np.ascontiguousarray(topology.edges, dtype=index)
+        self._dihedrals = np.ascontiguousarray(topology.dihedrals, dtype=index)
+        self._warp = (np.ascontiguousarray(self.fine_from_coarse.indptr, dtype=np.int64),
+                      np.ascontiguousarray(self.fine_from_coarse.indices, dtype=index),
+                      np.ascontiguousarray(self.fine_from_coarse.data, dtype=np.float64))
+        self._detail = (np.ascontiguousarray(self.detail.indptr, dtype=np.int64),
+                        np.ascontiguousarray(self.detail.indices, dtype=np.uint32),
+                        np.ascontiguousarray(self.detail.data, dtype=np.float64))
         self._rhs = np.zeros((n, 3))
         self._lagged = np.zeros((n, 3))
         self._sub_target = np.zeros((n, 3))
@@ -201,9 +212,9 @@ class ShellSimulator:
         grab_vertices, grab_offsets, grab_start, grab_end = self._grab_arrays()
         return simulate_substeps(
             self.coarse_positions, self.velocities, previous_target, target, substeps, self.substep_s, s.lag_blend,
-            s.reproducibility, self.inertia, self.damping, self.actuation, self.mass, top.edges, self.edge_weight,
-            top.edge_rest_length, top.dihedrals, top.bend_weights, self.bend_weight, top.bend_rest_length,
-            factor.perm, factor.indptr, factor.indices, factor.values, factor.inverse_diagonal, kinds, packed_start,
+            s.reproducibility, self.inertia, self.damping, self.actuation, self.mass, self._edges, self.edge_weight,
+            top.edge_rest_length, self._dihedrals, top.bend_weights, self.bend_weight, top.bend_rest_length,
+            *factor.arrays(), kinds, packed_start,
             packed_end, self._normals, self.max_depth, self.prescribed, grab_vertices, grab_offsets, grab_start,
             grab_end, self._sub_target, self._rhs, self._lagged, factor.work, self._solved, force)
 
@@ -219,8 +230,8 @@ class ShellSimulator:
             beta = (k + 1) / substeps
             sub_target = previous_target + beta * (target - previous_target)
             substep_rhs(x, v, sub_target, self.substep_s, s.lag_blend, s.reproducibility, self.inertia,
-                        self.damping, self.actuation, top.edges, self.edge_weight, top.edge_rest_length,
-                        top.dihedrals, top.bend_weights, self.bend_weight, top.bend_rest_length, self._rhs,
+                        self.damping, self.actuation, self._edges, self.edge_weight, top.edge_rest_length,
+                        self._dihedrals, top.bend_weights, self.bend_weight, top.bend_rest_length, self._rhs,
                         self._lagged)
             solved = self.factor.solve(self._rhs)
             contacts = 0
@@ -277,9 +288,7 @@ class ShellSimulator:
             started = time.perf_counter()
             displacement = (self.coarse_positions - self.rest) * self.face_height_m
             fine = np.empty_like(self.fine_rest_m)
-            warp = self.fine_from_coarse
-            warp_and_detail(self.fine_rest_m, warp.indptr, warp.indices, warp.data, displacement, self.detail.indptr,
-                            self.detail.indices, self.detail.data, self.weights, fine.reshape(-1))
+            warp_and_detail(self.fine_rest_m, *self._warp, displacement, *self._detail, self.weights, fine.reshape(-1))
             self._fine_cache = fine
             self.timings["warp_detail"] = time.perf_counter() - started
         return self._fine_cache
@@ -290,7 +299,8 @@ class ShellSimulator:
 @njit(cache=True)
 def simulate_substeps(x, v, previous_target, target, substeps, h, alpha, cap, inertia, damping, actuation, mass,
                       edges, edge_weight, edge_length, dihedrals, bend_weights, bend_weight, bend_length,
-                      perm, indptr, indices, values, inverse_diagonal, kinds, packed_start, packed_end, normals,
+                      perm, row_start, row_columns, row_values, column_start, column_rows, column_values,
+                      inverse_diagonal, kinds, packed_start, packed_end, normals,
                       max_depth, prescribed, grab_vertices, grab_offsets, grab_start, grab_end,
                       sub_target, rhs, lagged, work, solved, force):
     """A frame's sub-steps (module docstring) on x, v in place; returns the collider corrections
@@ -305,7 +315,8 @@ def simulate_substeps(x, v, previous_target, target, substeps, h, alpha, cap, in
                 sub_target[i, c] = previous_target[i, c] + beta * (target[i, c] - previous_target[i, c])
         substep_rhs(x, v, sub_target, h, alpha, cap, inertia, damping, actuation, edges, edge_weight, edge_length,
                     dihedrals, bend_weights, bend_weight, bend_length, rhs, lagged)
-        _solve(perm, indptr, indices, values, inverse_diagonal, rhs, work, solved)
+        substitute(perm, row_start, row_columns, row_values, column_start, column_rows, column_values,
+                   inverse_diagonal, rhs, work, solved)
         contacts = 0
         if kinds.shape[0] > 0:
             for a in range(packed.shape[0]):
