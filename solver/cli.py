@@ -7,6 +7,7 @@ Commands:
   fit          find the activations and jaw pose behind each shape key (inverse physics)
   fit-pictures heat maps of the worst and best shape-key fits of a FIT.npz
   animate      run a model through per-frame activations, or shape-key weights through a fit
+  shell-animate  shape-key weights through the interactive shell (SHELL.npz) → RESULT.npz and .pc2
   lips         the upper and lower lip the solver finds by itself, as LIPS.npz (to edit and pass to
                animate --lip-vertices)
   run-job      run a job folder (job.json) written by the Blender add-on; always JSON lines
@@ -150,6 +151,18 @@ def _animate(args, report):
         detail=False if args.no_detail else None, skin_filter=not args.no_skin_filter,
         collisions=tuple(args.collisions or ()), contact_solver=args.contact_solver, resume=args.resume, **given),
         run_animate, {**_ANIMATE_LABELS, "activations": "--muscles"} if shape_keys else _ANIMATE_LABELS, report)
+
+
+_SHELL_ANIMATE_LABELS = {"shell": "SHELL", "weights": "WEIGHTS", "output": "-o/--output", "colliders": "--collider",
+                         "fps": "--fps", "cache_start_frame": "--start-frame"}
+
+
+def _shell_animate(args, report):
+    from .requests.shell_animate import ShellAnimateRequest, run_shell_animate
+    given = {name: getattr(args, name) for name in ("fps", "cache_start_frame") if getattr(args, name) is not None}
+    _submit(lambda: ShellAnimateRequest(shell=args.shell, weights=args.weights, output=args.output,
+                                        colliders=tuple(args.collider or ()), **given),
+            run_shell_animate, _SHELL_ANIMATE_LABELS, report)
 
 
 def _lips(args, report):
@@ -305,6 +318,17 @@ def _parser():
                      help="continue the bake of the same output that was cancelled or crashed, from its last "
                           "finished frame (same inputs and settings; docs/addon.md, Takes, streaming and resume)")
     run.set_defaults(run=_animate)
+    shell = commands.add_parser("shell-animate", help="interactive shell: SHELL.npz + WEIGHTS.npz → RESULT.npz "
+                                                      "and .pc2")
+    shell.add_argument("shell", type=Path, metavar="SHELL.npz")
+    shell.add_argument("weights", type=Path, metavar="WEIGHTS.npz")
+    shell.add_argument("-o", "--output", type=Path, required=True, metavar="RESULT.npz")
+    shell.add_argument("--collider", type=Path, action="append", default=None, metavar="MESH.npz",
+                       help="a rigid collider mesh, as animate takes (repeatable)")
+    shell.add_argument("--fps", type=float, default=None, help="frames per second (default: the weights file's)")
+    shell.add_argument("--start-frame", dest="cache_start_frame", type=float, default=None,
+                       help="the scene frame of the first frame, for the .pc2 (default 1)")
+    shell.set_defaults(run=_shell_animate)
     lips = commands.add_parser("lips", help="the lips the solver finds by itself, as a LIPS.npz to edit and pass "
                                             "back with animate --lip-vertices")
     lips.add_argument("model", type=Path, metavar="MODEL")

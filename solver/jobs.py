@@ -23,7 +23,9 @@ Commands: `build-model` (rig → model), `fit` (model + rig → FIT.npz, one pro
 finished shape, optionally keeping the other shapes of an earlier fit) and `animate` (model +
 muscle contractions, or model + fit + shape-key weights with optional contractions on top;
 maps with their diffusion and fat softening, teeth/lip contacts with optional painted lips,
-rigid or deforming prop colliders → RESULT.npz and its .pc2).
+rigid or deforming prop colliders → RESULT.npz and its .pc2) and `shell-animate` (SHELL.npz +
+shape-key weights, optional rigid prop colliders → RESULT.npz and its .pc2 through the
+interactive shell).
 """
 from __future__ import annotations
 
@@ -189,6 +191,12 @@ def _animate_request(inputs: dict, outputs: dict, settings: dict):
                           **settings)
 
 
+def _shell_animate_request(inputs: dict, outputs: dict, settings: dict):
+    from .requests.shell_animate import ShellAnimateRequest
+    return ShellAnimateRequest(shell=inputs["shell"], weights=inputs["weights"], output=outputs["result"],
+                               colliders=tuple(inputs.get("colliders", ())), **settings)
+
+
 def _lips_request(inputs: dict, outputs: dict, settings: dict):
     from .requests.lips import LipsRequest
     return LipsRequest(model=inputs["model"], output=outputs["lips"], **settings)
@@ -236,6 +244,10 @@ _COMMANDS: Dict[str, dict] = {
                              "cache_start_frame", "cache_metres_per_unit"),
                 "request": _animate_request, "labels": {"output": "outputs.result"},
                 "run": _runner("animate", "run_animate")},
+    "shell-animate": {"inputs": ("shell", "weights"), "optional_inputs": (), "list_inputs": ("colliders",),
+                      "outputs": ("result",), "settings": ("fps", "cache_start_frame", "cache_metres_per_unit"),
+                      "request": _shell_animate_request, "labels": {"output": "outputs.result"},
+                      "run": _runner("shell_animate", "run_shell_animate")},
     "lips": {"inputs": ("model",), "optional_inputs": (), "outputs": ("lips",), "settings": (),
              "request": _lips_request, "labels": {"output": "outputs.lips"}, "run": _runner("lips", "run_lips")},
 }
