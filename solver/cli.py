@@ -8,6 +8,7 @@ Commands:
   fit-pictures heat maps of the worst and best shape-key fits of a FIT.npz
   animate      run a model through per-frame activations, or shape-key weights through a fit
   shell-animate  shape-key weights through the interactive shell (SHELL.npz) → RESULT.npz and .pc2
+  shell-live   the add-on's live shell session (Poke): binary frames over stdin/stdout
   lips         the upper and lower lip the solver finds by itself, as LIPS.npz (to edit and pass to
                animate --lip-vertices)
   run-job      run a job folder (job.json) written by the Blender add-on; always JSON lines
@@ -155,6 +156,11 @@ def _animate(args, report):
 
 _SHELL_ANIMATE_LABELS = {"shell": "SHELL", "weights": "WEIGHTS", "output": "-o/--output", "colliders": "--collider",
                          "fps": "--fps", "cache_start_frame": "--start-frame"}
+
+
+def _shell_live(args, report):
+    from .shell.live import serve
+    raise SystemExit(serve(args.shell))      # 0 when stdin closed, 2 when the shell or the stream was unusable
 
 
 def _shell_animate(args, report):
@@ -329,6 +335,10 @@ def _parser():
     shell.add_argument("--start-frame", dest="cache_start_frame", type=float, default=None,
                        help="the scene frame of the first frame, for the .pc2 (default 1)")
     shell.set_defaults(run=_shell_animate)
+    live = commands.add_parser("shell-live", help="the add-on's live shell session: binary frames over stdin and "
+                                                  "stdout (solver/shell/live.py, docs/addon.md)")
+    live.add_argument("shell", type=Path, metavar="SHELL.npz")
+    live.set_defaults(run=_shell_live)
     lips = commands.add_parser("lips", help="the lips the solver finds by itself, as a LIPS.npz to edit and pass "
                                             "back with animate --lip-vertices")
     lips.add_argument("model", type=Path, metavar="MODEL")
