@@ -159,8 +159,10 @@ class LiveShell:
         self.hello: Optional[Hello] = None
         self.owed = 0                       # requests sent and not answered yet
         self.sent_at: Optional[float] = None
-        threading.Thread(target=self._read_replies, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self._readers = [threading.Thread(target=self._read_replies, daemon=True),
+                         threading.Thread(target=self._read_stderr, daemon=True)]
+        for reader in self._readers:
+            reader.start()
 
     def _read_replies(self) -> None:
         stream = self.process.stdout
@@ -261,15 +263,23 @@ class LiveShell:
         return self.process.poll() is None
 
     def close(self, timeout: float = 5.0) -> Optional[int]:
-        """Close stdin (the session's signal to end), wait, kill the group if it lingers."""
+        """Close stdin (the session's signal to end), wait, kill the group if it lingers; the
+        pipes are closed once their readers have seen the end."""
         try:
             self.process.stdin.close()
         except OSError:
             pass
         try:
-            return self.process.wait(timeout)
+            self.process.wait(timeout)
         except subprocess.TimeoutExpired:
-            pass
+            self._kill()
+        for reader in self._readers:
+            reader.join(timeout)
+        for stream in (self.process.stdout, self.process.stderr):
+            stream.close()
+        return self.process.returncode
+
+    def _kill(self) -> None:
         if os.name == "nt":
             subprocess.run(["taskkill", "/F", "/T", "/PID", str(self.process.pid)], stdin=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
@@ -279,4 +289,4 @@ class LiveShell:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        return self.process.wait()
+        self.process.wait()
