@@ -219,7 +219,10 @@ class _Remesher:
                         t["loop_of"], t["arc"], t["loop_size"], t["counts"], *loop_arrays, len(t["tri"]) - 2)
             collapse_pass(0.8 * edge_length, 4.0 / 3.0 * edge_length, t["tri"], t["twin"], t["out_edge"],
                            t["valence"], t["pos"], t["loop_of"], t["loop_size"], t["counts"])
-        flip_pass(t["tri"], t["twin"], t["out_edge"], t["valence"], t["pos"], t["loop_of"], t["counts"])
+        flip_pass(t["tri"], t["twin"], t["out_edge"], t["valence"], t["pos"], t["loop_of"], t["counts"], False)
+        if not split_collapse:
+            # Clean-up: after the valences, flips that only widen the smallest angles.
+            flip_pass(t["tri"], t["twin"], t["out_edge"], t["valence"], t["pos"], t["loop_of"], t["counts"], True)
         self._compact(table)
 
     def _match_count(self, edge_length: float, wanted: int) -> None:

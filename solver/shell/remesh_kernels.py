@@ -18,6 +18,8 @@ _MIN_NORMAL_COSINE = 0.5
 # ... and a flip is not made across a crease sharper than acos(0.3) between its two triangles.
 _MIN_FLIP_DIHEDRAL_COSINE = 0.3
 _MAX_RING = 64
+# An angle flip must lower the largest corner cosine of the pair by this much (no flip-flopping).
+_ANGLE_FLIP_GAIN = 1e-3
 
 
 # --------------------------------------------------------------------------- corner table
@@ -281,7 +283,27 @@ def _valence_target(loop_of, v):
 
 
 @njit(cache=True)
-def _try_flip(h, tri, twin, out_edge, valence, pos, loop_of, ring, edges):
+def _smallest_cosine_gap(pos, p, q, r):
+    """The largest cosine of the triangle's three angles (1 for a degenerate one): the smallest
+    angle's cosine, which a better-shaped triangle lowers."""
+    worst = -1.0
+    for k in range(3):
+        o = p if k == 0 else (q if k == 1 else r)
+        u = q if k == 0 else (r if k == 1 else p)
+        w = r if k == 0 else (p if k == 1 else q)
+        ux, uy, uz = pos[u, 0] - pos[o, 0], pos[u, 1] - pos[o, 1], pos[u, 2] - pos[o, 2]
+        wx, wy, wz = pos[w, 0] - pos[o, 0], pos[w, 1] - pos[o, 1], pos[w, 2] - pos[o, 2]
+        lengths = np.sqrt((ux * ux + uy * uy + uz * uz) * (wx * wx + wy * wy + wz * wz))
+        if lengths <= 0.0:
+            return 1.0
+        worst = max(worst, (ux * wx + uy * wy + uz * wz) / lengths)
+    return worst
+
+
+@njit(cache=True)
+def _try_flip(h, tri, twin, out_edge, valence, pos, loop_of, ring, edges, by_angle):
+    """Flip the edge of h when that evens the valences (or, `by_angle`, raises the smallest angle
+    of the two triangles) without folding them; True when flipped."""
     g = twin[h]
     if g < 0:
         return False
@@ -291,14 +313,20 @@ def _try_flip(h, tri, twin, out_edge, valence, pos, loop_of, ring, edges):
         return False
     if valence[a] <= (3 if loop_of[a] < 0 else 2) or valence[b] <= (3 if loop_of[b] < 0 else 2):
         return False
-    before = 0
-    after = 0
-    for v, change in ((a, -1), (b, -1), (c, 1), (d, 1)):
-        target = _valence_target(loop_of, v)
-        before += (valence[v] - target) ** 2
-        after += (valence[v] + change - target) ** 2
-    if after >= before:
-        return False
+    if by_angle:
+        before_cosine = max(_smallest_cosine_gap(pos, a, b, c), _smallest_cosine_gap(pos, b, a, d))
+        after_cosine = max(_smallest_cosine_gap(pos, c, a, d), _smallest_cosine_gap(pos, d, b, c))
+        if after_cosine >= before_cosine - _ANGLE_FLIP_GAIN:
+            return False
+    else:
+        before = 0
+        after = 0
+        for v, change in ((a, -1), (b, -1), (c, 1), (d, 1)):
+            target = _valence_target(loop_of, v)
+            before += (valence[v] - target) ** 2
+            after += (valence[v] + change - target) ** 2
+        if after >= before:
+            return False
     count = _ring(tri, twin, out_edge, c, ring, edges)
     if count < 0:
         return False
@@ -396,7 +424,7 @@ def collapse_pass(low, high, tri, twin, out_edge, valence, pos, loop_of, loop_si
 
 
 @njit(cache=True)
-def flip_pass(tri, twin, out_edge, valence, pos, loop_of, counts):
+def flip_pass(tri, twin, out_edge, valence, pos, loop_of, counts, by_angle):
     ring = np.empty(_MAX_RING + 2, np.int64)
     edges = np.empty(_MAX_RING + 2, np.int64)
     flips = 0
@@ -405,7 +433,7 @@ def flip_pass(tri, twin, out_edge, valence, pos, loop_of, counts):
             if tri[t, 0] < 0:
                 break
             h = 3 * t + k
-            if twin[h] > h and _try_flip(h, tri, twin, out_edge, valence, pos, loop_of, ring, edges):
+            if twin[h] > h and _try_flip(h, tri, twin, out_edge, valence, pos, loop_of, ring, edges, by_angle):
                 flips += 1
     return flips
 
