@@ -39,6 +39,7 @@ MOVING_SHARE_OF_TOLERANCE = 0.01  # a shape moves a vertex when its target is th
 REGION_RINGS = 2                # and solves two rings of neighbours with it (§4.3)
 _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 12
+_MAX_HOLDS = 8          # shapes whose regions one line search may hold (fit_stiffness)
 
 
 @dataclass
@@ -292,6 +293,7 @@ class QuasiStaticProblem:
         d_bend = np.zeros_like(bend_k)
         shape_gradients = []
         for shape in self.shapes:
+            self.failed_shape = shape
             if not shape.solve(strain_k, bend_k, self.newton_tolerance, self.iteration_cap):
                 return np.inf, None, "effort"
             value, gradient_x = fit_losses.barrier(shape.trial, shape.target, s.reproducibility, s.barrier)
@@ -376,7 +378,8 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
     problem = QuasiStaticProblem(topology, targets, prescribed, settings, newton_tolerance,
                                  reduce_regions=reduce_regions)
     n = topology.vertex_count
-    theta = np.full(2 * n, np.log(settings.initial_stiffness))
+    lowest = np.log(settings.initial_stiffness)
+    theta = np.full(2 * n, lowest)
     loss, gradient, status = problem.evaluate(theta)
     if status != "ok":
         raise RuntimeError(f"stiffness fit: the initial stiffness {settings.initial_stiffness} does not reproduce the "
@@ -393,28 +396,44 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
         # softest vertices (κ = 1e-4 at the start) behind; and without the barrier's share the
         # steps stay uniform and stall at the first vertex that reaches ε_r.
         kappa = np.exp(theta)
-        initial = _InitialInverse(area * kappa * kappa, problem.shape_gradients, settings.barrier)
+        # The diagonal is raised to |g_i|/cap where A κ² is smaller, so that its own step in no
+        # component exceeds the cap: in log space that curvature vanishes with κ, and one soft
+        # vertex's enormous step would otherwise set the scale of every other.
+        diagonal = np.maximum(area * kappa * kappa, np.abs(gradient) / cap)
+        initial = _InitialInverse(diagonal, problem.shape_gradients, settings.barrier)
         direction = _two_loop(gradient, history, initial)
         if float(direction @ gradient) >= 0:        # not a descent direction: forget the curvature
             history.clear()
             direction = -initial(gradient)
-        # The cap on each stiffness's step (§5.1), per component: scaling the whole step down
-        # to its largest component would hold every vertex back to the pace of the one
-        # furthest from its target.
+        # No stiffness goes below the start (1e-4, already next to nothing): a vertex whose
+        # barrier share outweighs its target pull would otherwise soften without end and, the
+        # largest component, set the pace of every other.
+        direction[(theta <= lowest) & (direction < 0)] = 0.0
+        # The cap on the step (§5.1), per stiffness: scaling the whole step down to its largest
+        # component would freeze every vertex the shapes leave free whenever a few components
+        # of the quasi-Newton step are large.
         direction = np.clip(direction, -cap, cap)
         slope = float(direction @ gradient)
         if slope >= 0:
             history.clear()
             direction = np.clip(-initial(gradient), -cap, cap)
             slope = float(direction @ gradient)
-        t, accepted = 1.0, False
-        for _ in range(_MAX_BACKTRACKS):
-            trial_theta = theta + t * direction
+        t, accepted, holds = 1.0, False, 0
+        for _ in range(_MAX_BACKTRACKS + _MAX_HOLDS):
+            trial_theta = np.maximum(theta + t * direction, lowest)
             trial_loss, trial_gradient, status = problem.evaluate(trial_theta)
-            if log is not None and status != "ok": log(f"  rejected t={t:g}: {status}")
-            if status == "ok" and trial_loss <= loss + _ARMIJO * t * slope:
+            if status == "ok" and trial_loss <= loss + _ARMIJO * float((trial_theta - theta) @ gradient):
                 accepted = True
                 break
+            if status == "infeasible" and holds < _MAX_HOLDS:
+                # Hold the stiffening of the shape that left ε_r (its free vertices) and retry
+                # the same length: the shapes share one step length, and backtracking alone
+                # would slow every vertex to the pace of the one region at the barrier.
+                held = problem.failed_shape.free
+                for offset in (0, n):
+                    direction[offset + held] = np.minimum(direction[offset + held], 0.0)
+                holds += 1
+                continue
             t *= 0.5
         if not accepted:
             if not history:         # even a preconditioned gradient step fails: a (numerical) optimum
