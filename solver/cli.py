@@ -186,6 +186,13 @@ def _fit(args, report):
                                processes=args.jobs, previous_fit=args.previous_fit), run_fit, _FIT_LABELS, report)
 
 
+def _shell_fit(args, report):
+    from .requests.shell_fit import DEFAULT_TRIANGLES, ShellFitRequest, run_shell_fit
+    _submit(lambda: ShellFitRequest(rig=args.rig, output=args.output,
+                                    triangles=DEFAULT_TRIANGLES if args.triangles is None else args.triangles),
+            run_shell_fit, {"rig": "RIG", "output": "-o/--output"}, report)
+
+
 def _fit_pictures(args, report):
     from .inverse.fit_file import load_fit
     from .model_file import load_model
@@ -270,6 +277,12 @@ def _parser():
     fit.add_argument("--previous-fit", type=Path, default=None, metavar="FIT.npz",
                      help="keep this earlier fit's other shapes; fit only --shapes (and what they bring)")
     fit.set_defaults(run=_fit)
+    shell_fit = commands.add_parser("shell-fit", help="interactive shell: remesh the skin, fit its stiffness to the "
+                                                      "shape keys (SHELL.npz)")
+    shell_fit.add_argument("rig", type=Path)
+    shell_fit.add_argument("-o", "--output", type=Path, required=True)
+    shell_fit.add_argument("--triangles", type=int, default=None, help="coarse shell triangles (default 4000)")
+    shell_fit.set_defaults(run=_shell_fit)
     fit_pictures = commands.add_parser("fit-pictures", help="heat maps of the worst and best shape-key fits")
     fit_pictures.add_argument("model", type=Path)
     fit_pictures.add_argument("fit", type=Path)
