@@ -154,7 +154,7 @@ class LiveSession:
         sphere = reader.floats(4, "the sphere")
         if tool != TOOL_OFF and not sphere[3] > 0.0:
             raise ProtocolError(f"FRAME: the sphere's radius {sphere[3]} m must be positive")
-        colliders = []
+        colliders, placed = [], []
         for index in range(reader.u32()):
             kind = reader.u8()
             if kind not in COLLIDER_FLOATS:
@@ -170,10 +170,11 @@ class LiveSession:
             else:
                 if mesh_id not in self.meshes:
                     raise ProtocolError(f"FRAME: collider {index} names mesh {mesh_id}, which no MESH request sent")
-                mesh = self.meshes[mesh_id]
-                mesh.transform = values.reshape(4, 4).copy()
-                colliders.append(mesh)
+                placed.append((self.meshes[mesh_id], values.reshape(4, 4).copy()))
+                colliders.append(self.meshes[mesh_id])
         reader.end()
+        for mesh, transform in placed:           # only once the whole request is known to be good
+            mesh.transform = transform
         centre, radius = sphere[:3], float(sphere[3])
         if tool == TOOL_PUSH:
             colliders.append(SphereCollider(centre, radius))
