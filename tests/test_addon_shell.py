@@ -188,3 +188,53 @@ def test_the_poke_core_places_the_sphere_talks_to_the_child_and_cleans_up(scene,
     assert process.poll() is not None
     assert shell_poke.find_preview(obj) is None
     assert not [child for child in obj.children if child.name.startswith(shell_poke.SPHERE_NAME)]
+
+
+DRAW_CHILD = r'''
+import json, os, sys, traceback
+import bpy
+import addon_utils
+blend, object_name, solver_python, report = sys.argv[-4:]
+bpy.ops.wm.open_mainfile(filepath=blend)
+addon_utils.enable("blender_addon", default_set=True, handle_error=None)
+bpy.context.preferences.addons["blender_addon"].preferences.solver_python = solver_python
+bpy.context.view_layer.objects.active = bpy.data.objects[object_name]
+from blender_addon import shell_panel
+
+def draw(menu, context):
+    cls = shell_panel.VIEW3D_PT_face_physics_interactive
+    entry = {"polled": bool(cls.poll(context))}
+    try:
+        cls.draw(type("Host", (), {"layout": menu.layout})(), context)
+        entry["drawn"] = True
+    except Exception:
+        entry["error"] = traceback.format_exc()
+    with open(report, "w") as stream:
+        json.dump(entry, stream)
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)
+
+window = bpy.context.window
+area = next(area for area in window.screen.areas if area.type == 'VIEW_3D')
+region = next(region for region in area.regions if region.type == 'UI')
+with bpy.context.temp_override(window=window, area=area, region=region):
+    bpy.context.window_manager.popup_menu(draw, title="Face Physics")
+'''
+
+
+def test_the_interactive_panel_draws_into_a_real_layout(scene, fitted, tmp_path):
+    """As tests/addon_draw_child.py does for the other panels: a child Blender draws the panel
+    into a popup's real layout (layout errors such as a missing property fail it)."""
+    import json
+    bpy.ops.wm.save_mainfile()
+    script, report = tmp_path / "draw.py", tmp_path / "report.json"
+    script.write_text(DRAW_CHILD)
+    child = subprocess.run([sys.executable, str(script), bpy.data.filepath, scene["object"].name, sys.executable,
+                            str(report)], cwd=str(ROOT), capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert report.is_file(), child.stderr[-2000:]
+    entry = json.loads(report.read_text())
+    assert entry["polled"] and entry.get("drawn"), entry
+    problems = [line for line in (child.stdout + child.stderr).splitlines()
+                if "rna_uiItem" in line or "not found" in line or "unknown operator" in line or "Error" in line]
+    assert child.returncode == 0 and not problems, problems
