@@ -302,16 +302,21 @@ class FACE_PHYSICS_OT_poke(bpy.types.Operator):
     _left_held = False
 
     def _aim(self, context, event) -> None:
+        """The mouse's ray in the 3D View's main region — not context.region, which is the sidebar
+        the Poke button was pressed in — cast onto the skin."""
         from bpy_extras import view3d_utils
-        region, view = context.region, context.space_data.region_3d
-        if region is None or view is None:
-            return
-        mouse = (event.mouse_region_x, event.mouse_region_y)
-        origin = view3d_utils.region_2d_to_origin_3d(region, view, mouse)
-        direction = view3d_utils.region_2d_to_vector_3d(region, view, mouse)
+        area = context.area
+        region = next((region for region in area.regions if region.type == 'WINDOW'), None) if area else None
+        view = area.spaces.active.region_3d if area is not None else None
         session = _session
-        centre = sphere_from_ray(session.obj, context.evaluated_depsgraph_get(), origin, direction, session.radius,
-                                 session.depth)
+        centre = None
+        if region is not None and view is not None:
+            mouse = (event.mouse_x - region.x, event.mouse_y - region.y)
+            if 0 <= mouse[0] < region.width and 0 <= mouse[1] < region.height:
+                origin = view3d_utils.region_2d_to_origin_3d(region, view, mouse)
+                direction = view3d_utils.region_2d_to_vector_3d(region, view, mouse)
+                centre = sphere_from_ray(session.obj, context.evaluated_depsgraph_get(), origin, direction,
+                                         session.radius, session.depth)
         session.aim(centre, event.ctrl or self._left_held)
 
     def _end(self, context):
