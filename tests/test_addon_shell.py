@@ -238,3 +238,32 @@ def test_the_interactive_panel_draws_into_a_real_layout(scene, fitted, tmp_path)
     problems = [line for line in (child.stdout + child.stderr).splitlines()
                 if "rna_uiItem" in line or "not found" in line or "unknown operator" in line or "Error" in line]
     assert child.returncode == 0 and not problems, problems
+
+
+def test_poke_sends_the_collision_panels_props_and_they_push(scene, fitted):
+    """A prop of the Collisions panel's list, sent once as a MESH, dents the face with the tool off."""
+    from blender_addon import shell_poke
+    obj = scene["object"]
+    bpy.context.scene.frame_set(1)
+    rest = np.array([v.co for v in obj.data.vertices])
+    front = rest[np.argmin(rest[:, 1])]
+    bpy.ops.mesh.primitive_ico_sphere_add(subdivisions=2, radius=0.02,
+                                          location=obj.matrix_world @ __import__("mathutils").Vector(
+                                              (front[0], front[1] + 0.02 - 0.008, front[2])))
+    prop = bpy.context.active_object
+    slot = obj.face_physics.colliders.add()
+    slot.collider = prop
+    bpy.context.view_layer.objects.active = obj
+    session = shell_poke.PokeSession(bpy.context, obj, bpy.path.abspath(obj.face_physics_shell.shell_path),
+                                     python=sys.executable)
+    try:
+        assert [name for _, name, _ in session.colliders] == [prop.name]
+        for _ in range(10):
+            reply = session.step_blocking(bpy.context)
+        skin_m = rest * session.metres
+        assert np.linalg.norm(reply.positions_m - skin_m, axis=1).max() > 1e-3
+        assert reply.contact_force_n > 0.0
+    finally:
+        session.close()
+        obj.face_physics.colliders.remove(len(obj.face_physics.colliders) - 1)
+        bpy.data.objects.remove(prop)
