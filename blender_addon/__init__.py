@@ -19,8 +19,9 @@ _registered = []
 
 
 def _stop_job_before_load(*_):
-    from . import job_runner
+    from . import job_runner, shell_poke
     job_runner.stop_current_job()
+    shell_poke.stop_session()
 
 
 def _after_load(*_):
@@ -66,12 +67,15 @@ def register():
 
     import bpy
     from . import (bake_operators, lip_groups, muscle_controls, operators, panels, preferences, preset_operators,
-                   preview_operators, properties)
+                   preview_operators, properties, shell_operators, shell_panel, shell_poke)
     properties.register()
     for cls in (preferences.CLASSES + operators.CLASSES + bake_operators.CLASSES + preview_operators.CLASSES
-                + preset_operators.CLASSES + lip_groups.CLASSES + muscle_controls.CLASSES + panels.CLASSES):
+                + preset_operators.CLASSES + lip_groups.CLASSES + muscle_controls.CLASSES + panels.CLASSES
+                + shell_panel.CLASSES + shell_operators.CLASSES + shell_poke.CLASSES):
         bpy.utils.register_class(cls)
         _registered.append(cls)
+        if cls is shell_panel.FACE_PHYSICS_PG_shell:
+            shell_panel.register_properties()
     preset_operators.register_preset_folder()
     # Opening another file or quitting stops the running job and reaps its process group.
     bpy.app.handlers.load_pre.append(bpy.app.handlers.persistent(_stop_job_before_load))
@@ -84,8 +88,9 @@ def unregister():
     import atexit
 
     import bpy
-    from . import job_runner, preset_operators, properties
+    from . import job_runner, preset_operators, properties, shell_panel, shell_poke
     job_runner.stop_current_job()
+    shell_poke.stop_session()
     preset_operators.unregister_preset_folder()
     if _stop_job_before_load in bpy.app.handlers.load_pre:
         bpy.app.handlers.load_pre.remove(_stop_job_before_load)
@@ -95,5 +100,8 @@ def unregister():
         bpy.app.handlers.depsgraph_update_post.remove(_follow_renamed_map_groups)
     atexit.unregister(_stop_job_at_exit)
     while _registered:
-        bpy.utils.unregister_class(_registered.pop())
+        cls = _registered.pop()
+        if cls is shell_panel.FACE_PHYSICS_PG_shell:
+            shell_panel.unregister_properties()
+        bpy.utils.unregister_class(cls)
     properties.unregister()

@@ -8,6 +8,7 @@ Commands:
   fit-pictures heat maps of the worst and best shape-key fits of a FIT.npz
   animate      run a model through per-frame activations, or shape-key weights through a fit
   shell-animate  shape-key weights through the interactive shell (SHELL.npz) → RESULT.npz and .pc2
+  shell-live   the add-on's live shell session (Poke): binary frames over stdin/stdout
   lips         the upper and lower lip the solver finds by itself, as LIPS.npz (to edit and pass to
                animate --lip-vertices)
   run-job      run a job folder (job.json) written by the Blender add-on; always JSON lines
@@ -157,6 +158,11 @@ _SHELL_ANIMATE_LABELS = {"shell": "SHELL", "weights": "WEIGHTS", "output": "-o/-
                          "fps": "--fps", "cache_start_frame": "--start-frame"}
 
 
+def _shell_live(args, report):
+    from .shell.live import serve
+    raise SystemExit(serve(args.shell))      # 0 when stdin closed, 2 when the shell or the stream was unusable
+
+
 def _shell_animate(args, report):
     from .requests.shell_animate import ShellAnimateRequest, run_shell_animate
     given = {name: getattr(args, name) for name in ("fps", "cache_start_frame") if getattr(args, name) is not None}
@@ -178,6 +184,13 @@ def _fit(args, report):
     from .requests.fit import FitRequest, run_fit
     _submit(lambda: FitRequest(model=args.model, rig=args.rig, output=args.output, shapes=tuple(args.shapes or ()),
                                processes=args.jobs, previous_fit=args.previous_fit), run_fit, _FIT_LABELS, report)
+
+
+def _shell_fit(args, report):
+    from .requests.shell_fit import DEFAULT_TRIANGLES, ShellFitRequest, run_shell_fit
+    _submit(lambda: ShellFitRequest(rig=args.rig, output=args.output,
+                                    triangles=DEFAULT_TRIANGLES if args.triangles is None else args.triangles),
+            run_shell_fit, {"rig": "RIG", "output": "-o/--output"}, report)
 
 
 def _fit_pictures(args, report):
@@ -264,6 +277,12 @@ def _parser():
     fit.add_argument("--previous-fit", type=Path, default=None, metavar="FIT.npz",
                      help="keep this earlier fit's other shapes; fit only --shapes (and what they bring)")
     fit.set_defaults(run=_fit)
+    shell_fit = commands.add_parser("shell-fit", help="interactive shell: remesh the skin, fit its stiffness to the "
+                                                      "shape keys (SHELL.npz)")
+    shell_fit.add_argument("rig", type=Path)
+    shell_fit.add_argument("-o", "--output", type=Path, required=True)
+    shell_fit.add_argument("--triangles", type=int, default=None, help="coarse shell triangles (default 4000)")
+    shell_fit.set_defaults(run=_shell_fit)
     fit_pictures = commands.add_parser("fit-pictures", help="heat maps of the worst and best shape-key fits")
     fit_pictures.add_argument("model", type=Path)
     fit_pictures.add_argument("fit", type=Path)
@@ -329,6 +348,10 @@ def _parser():
     shell.add_argument("--start-frame", dest="cache_start_frame", type=float, default=None,
                        help="the scene frame of the first frame, for the .pc2 (default 1)")
     shell.set_defaults(run=_shell_animate)
+    live = commands.add_parser("shell-live", help="the add-on's live shell session: binary frames over stdin and "
+                                                  "stdout (solver/shell/live.py, docs/addon.md)")
+    live.add_argument("shell", type=Path, metavar="SHELL.npz")
+    live.set_defaults(run=_shell_live)
     lips = commands.add_parser("lips", help="the lips the solver finds by itself, as a LIPS.npz to edit and pass "
                                             "back with animate --lip-vertices")
     lips.add_argument("model", type=Path, metavar="MODEL")

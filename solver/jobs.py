@@ -202,6 +202,11 @@ def _lips_request(inputs: dict, outputs: dict, settings: dict):
     return LipsRequest(model=inputs["model"], output=outputs["lips"], **settings)
 
 
+def _shell_fit_request(inputs: dict, outputs: dict, settings: dict):
+    from .requests.shell_fit import ShellFitRequest
+    return ShellFitRequest(rig=inputs["rig"], output=outputs["shell"], **settings)
+
+
 def _request_label(command: str):
     """How job.json spells a field of the command's request."""
     spec = _COMMANDS[command]
@@ -250,6 +255,9 @@ _COMMANDS: Dict[str, dict] = {
                       "run": _runner("shell_animate", "run_shell_animate")},
     "lips": {"inputs": ("model",), "optional_inputs": (), "outputs": ("lips",), "settings": (),
              "request": _lips_request, "labels": {"output": "outputs.lips"}, "run": _runner("lips", "run_lips")},
+    "shell-fit": {"inputs": ("rig",), "optional_inputs": (), "outputs": ("shell",), "settings": ("triangles",),
+                  "request": _shell_fit_request, "labels": {"output": "outputs.shell"},
+                  "run": _runner("shell_fit", "run_shell_fit")},
 }
 
 

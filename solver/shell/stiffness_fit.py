@@ -33,11 +33,13 @@ from .energies import DifferenceSprings, actuation_stiffness, bending_springs, s
 from .settings import ShellSettings
 from .topology import ShellTopology
 
+FIT_NEWTON_TOLERANCE_SHARE = 1e-4   # of ε_sim (see QuasiStaticProblem)
 NEWTON_ITERATION_CAP = 30       # §5.1 check (2): more than this and the step is refused
 MOVING_SHARE_OF_TOLERANCE = 0.01  # a shape moves a vertex when its target is this share of ε_r away
 REGION_RINGS = 2                # and solves two rings of neighbours with it (§4.3)
 _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 12
+_MAX_HOLDS = 8          # shapes whose regions one line search may hold (fit_stiffness)
 
 
 @dataclass
@@ -51,8 +53,12 @@ class FitResult:
     newton_solves: int                # factorisations over all shapes and evaluations
     seconds: float
     max_deviation: float              # largest ‖x − x^t‖ over shapes and vertices, face units
-    converged: bool
+    stop_reason: str                  # "tolerance", "no feasible descent" (on the barrier) or "iteration limit"
     history: list = field(default_factory=list)   # (iteration, loss, max deviation) per accepted step
+
+    @property
+    def converged(self) -> bool:
+        return self.stop_reason != "iteration limit"
 
 
 # --------------------------------------------------------------------------- Hessian assembly
@@ -243,7 +249,11 @@ class QuasiStaticProblem:
         if self.targets.ndim != 3 or self.targets.shape[1:] != (n, 3):
             raise ValueError(f"targets: expected (K, {n}, 3) shape positions, found {self.targets.shape}")
         prescribed = np.zeros(n, dtype=bool) if prescribed is None else np.asarray(prescribed, dtype=bool)
-        self.newton_tolerance = self.settings.newton_tolerance if newton_tolerance is None else newton_tolerance
+        # The optimum sits on the barrier, a hair inside ε_r, so the equilibria must be far more
+        # precise than ε_sim for the feasibility check to mean anything (quadratic convergence
+        # makes that one Newton iteration more).
+        self.newton_tolerance = (FIT_NEWTON_TOLERANCE_SHARE * self.settings.newton_tolerance
+                                 if newton_tolerance is None else newton_tolerance)
         self.iteration_cap = iteration_cap
         self.strain = strain_springs(topology)
         self.bending = bending_springs(topology)
@@ -261,6 +271,7 @@ class QuasiStaticProblem:
                 moved = np.ones(n, dtype=bool)
             self.shapes.append(ShapeSystem(self, target, moved & ~prescribed))
         self.evaluations = 0
+        self.shape_gradients = self._trial_shape_gradients = np.zeros((2 * n, 0))
 
     @property
     def newton_solves(self) -> int:
@@ -280,7 +291,9 @@ class QuasiStaticProblem:
         loss = 0.0
         d_strain = np.zeros_like(strain_k)
         d_bend = np.zeros_like(bend_k)
+        shape_gradients = []
         for shape in self.shapes:
+            self.failed_shape = shape
             if not shape.solve(strain_k, bend_k, self.newton_tolerance, self.iteration_cap):
                 return np.inf, None, "effort"
             value, gradient_x = fit_losses.barrier(shape.trial, shape.target, s.reproducibility, s.barrier)
@@ -291,6 +304,9 @@ class QuasiStaticProblem:
                 a, b = shape.adjoint(gradient_x, strain_k, bend_k)
                 d_strain += a
                 d_bend += b
+                # The shape's barrier gradient in log κ: its Gauss–Newton curvature g gᵀ/λ (for
+                # φ = −λ log(1 − u), φ'' = φ'²/λ + λu''/(1 − u)) preconditions L-BFGS.
+                shape_gradients.append(np.concatenate([strain_k * a, bend_k * b]))
         topology = self.topology
         for stiffness, target, derivative in ((strain_k, s.target_strain_stiffness, d_strain),
                                               (bend_k, s.target_bending_stiffness, d_bend)):
@@ -301,12 +317,15 @@ class QuasiStaticProblem:
             derivative += gradient + smooth_gradient
         if not want_gradient:
             return loss, None, "ok"
+        self._trial_shape_gradients = (np.array(shape_gradients).T if shape_gradients
+                                       else np.zeros((2 * len(strain_k), 0)))
         # Chain rule into log space: dL/dθ = κ dL/dκ.
         return loss, np.concatenate([strain_k * d_strain, bend_k * d_bend]), "ok"
 
     def accept(self) -> None:
         for shape in self.shapes:
             shape.accepted = shape.trial
+        self.shape_gradients = self._trial_shape_gradients
 
     def equilibria(self) -> np.ndarray:
         return np.stack([shape.accepted for shape in self.shapes])
@@ -317,8 +336,25 @@ class QuasiStaticProblem:
 
 # --------------------------------------------------------------------------- L-BFGS
 
+class _InitialInverse:
+    """(D + G Gᵀ/λ)⁻¹ by the Woodbury identity: D diagonal, G (2n × K) one column per shape."""
+
+    def __init__(self, diagonal, columns, weight):
+        self.inverse_diagonal = 1.0 / diagonal
+        self.columns = columns
+        scaled = columns * self.inverse_diagonal[:, None]
+        self.scaled = scaled
+        self.small = weight * np.eye(columns.shape[1]) + columns.T @ scaled
+
+    def __call__(self, vector):
+        result = self.inverse_diagonal * vector
+        if self.columns.shape[1]:
+            result -= self.scaled @ np.linalg.solve(self.small, self.scaled.T @ vector)
+        return result
+
+
 def _two_loop(gradient, history, initial):
-    """−H·g of L-BFGS from the (s, y) pairs and the diagonal initial inverse Hessian `initial`."""
+    """−H·g of L-BFGS from the (s, y) pairs and the initial inverse Hessian `initial` (a callable)."""
     q = gradient.copy()
     alphas = []
     for s, y in reversed(history):
@@ -326,7 +362,7 @@ def _two_loop(gradient, history, initial):
         alpha = rho * float(s @ q)
         q -= alpha * y
         alphas.append((rho, alpha))
-    q *= initial
+    q = initial(q)
     for (s, y), (rho, alpha) in zip(history, reversed(alphas)):
         beta = rho * float(y @ q)
         q += (alpha - beta) * s
@@ -342,39 +378,66 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
     problem = QuasiStaticProblem(topology, targets, prescribed, settings, newton_tolerance,
                                  reduce_regions=reduce_regions)
     n = topology.vertex_count
-    theta = np.full(2 * n, np.log(settings.initial_stiffness))
+    lowest = np.log(settings.initial_stiffness)
+    theta = np.full(2 * n, lowest)
     loss, gradient, status = problem.evaluate(theta)
     if status != "ok":
         raise RuntimeError(f"stiffness fit: the initial stiffness {settings.initial_stiffness} does not reproduce the "
                            f"shapes ({status}); the targets may be degenerate")
     problem.accept()
     history, log_rows = [], [(0, loss, problem.max_deviation())]
-    iterations, converged = 0, False
+    iterations, stop_reason = 0, "iteration limit"
     cap = settings.log_step_cap
     area = np.concatenate([topology.vertex_area, topology.vertex_area]) * settings.target_scaling
     while iterations < max_iterations:
-        # Initial inverse Hessian: the target term's Gauss–Newton curvature in log space, A λ κ²,
-        # per vertex. In log space the gradient of a vertex scales with its κ, so a scalar
-        # initial Hessian would leave the softest vertices (κ = 1e-4 at the start) behind.
+        # Initial inverse Hessian: the Gauss–Newton curvature in log space of the target term
+        # (A λ κ² per vertex) and of each shape's barrier (rank one, g_b g_bᵀ/λ_r). In log space
+        # a vertex's gradient scales with its κ, so a scalar initial Hessian would leave the
+        # softest vertices (κ = 1e-4 at the start) behind; and without the barrier's share the
+        # steps stay uniform and stall at the first vertex that reaches ε_r.
         kappa = np.exp(theta)
-        direction = _two_loop(gradient, history, 1.0 / (area * kappa * kappa))
+        # The diagonal is raised to |g_i|/cap where A κ² is smaller, so that its own step in no
+        # component exceeds the cap: in log space that curvature vanishes with κ, and one soft
+        # vertex's enormous step would otherwise set the scale of every other.
+        diagonal = np.maximum(area * kappa * kappa, np.abs(gradient) / cap)
+        initial = _InitialInverse(diagonal, problem.shape_gradients, settings.barrier)
+        direction = _two_loop(gradient, history, initial)
         if float(direction @ gradient) >= 0:        # not a descent direction: forget the curvature
             history.clear()
-            direction = -gradient / (area * kappa * kappa)
-        largest = np.abs(direction).max()
-        if largest > cap:
-            direction *= cap / largest
+            direction = -initial(gradient)
+        # No stiffness goes below the start (1e-4, already next to nothing): a vertex whose
+        # barrier share outweighs its target pull would otherwise soften without end and, the
+        # largest component, set the pace of every other.
+        direction[(theta <= lowest) & (direction < 0)] = 0.0
+        # The cap on the step (§5.1), per stiffness: scaling the whole step down to its largest
+        # component would freeze every vertex the shapes leave free whenever a few components
+        # of the quasi-Newton step are large.
+        direction = np.clip(direction, -cap, cap)
         slope = float(direction @ gradient)
-        t, accepted = 1.0, False
-        for _ in range(_MAX_BACKTRACKS):
-            trial_theta = theta + t * direction
+        if slope >= 0:
+            history.clear()
+            direction = np.clip(-initial(gradient), -cap, cap)
+            slope = float(direction @ gradient)
+        t, accepted, holds = 1.0, False, 0
+        for _ in range(_MAX_BACKTRACKS + _MAX_HOLDS):
+            trial_theta = np.maximum(theta + t * direction, lowest)
             trial_loss, trial_gradient, status = problem.evaluate(trial_theta)
-            if status == "ok" and trial_loss <= loss + _ARMIJO * t * slope:
+            if status == "ok" and trial_loss <= loss + _ARMIJO * float((trial_theta - theta) @ gradient):
                 accepted = True
                 break
+            if status == "infeasible" and holds < _MAX_HOLDS:
+                # Hold the stiffening of the shape that left ε_r (its free vertices) and retry
+                # the same length: the shapes share one step length, and backtracking alone
+                # would slow every vertex to the pace of the one region at the barrier.
+                held = problem.failed_shape.free
+                for offset in (0, n):
+                    direction[offset + held] = np.minimum(direction[offset + held], 0.0)
+                holds += 1
+                continue
             t *= 0.5
         if not accepted:
-            if not history:         # even a gradient step fails: nothing left to try
+            if not history:         # even a preconditioned gradient step fails: a (numerical) optimum
+                stop_reason = "no feasible descent"
                 break
             history.clear()
             continue
@@ -394,11 +457,11 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
         # Converged when an uncapped step (not the first phase's steady climb at the cap, whose
         # relative decrease is tiny too) lowers the loss by less than ε_opt relatively, or no
         # stiffness changes by more than ε_opt relatively (a step in log κ).
-        if (change < settings.optimisation_tolerance and step < 0.99 * cap) or step < settings.optimisation_tolerance:
-            converged = True
+        if t == 1.0 and step < settings.optimisation_tolerance:
+            stop_reason = "tolerance"
             break
     strain_k, bend_k = problem.stiffness(theta)
     return FitResult(strain_stiffness=strain_k, bending_stiffness=bend_k, equilibria=problem.equilibria(),
                      loss=loss, iterations=iterations, evaluations=problem.evaluations,
                      newton_solves=problem.newton_solves, seconds=time.perf_counter() - started,
-                     max_deviation=problem.max_deviation(), converged=converged, history=log_rows)
+                     max_deviation=problem.max_deviation(), stop_reason=stop_reason, history=log_rows)
