@@ -123,3 +123,62 @@ def test_shapes_replay_within_tolerance_after_a_fit():
     assert check.evaluate(theta, want_gradient=False)[2] == "ok"
     check.accept()
     assert check.max_deviation() < settings.reproducibility
+
+
+# --------------------------------------------------------------------------- ICT
+
+from ict_data import ict_available, load_ict_rig  # noqa: E402
+
+ICT_TRIANGLES = 2000     # 4k takes several minutes here (bench/shell_fit.py); the test keeps to ~3
+
+
+def face_regions(shell, rig) -> dict:
+    """Coarse-vertex masks of the nose, forehead, lips and cheeks, as balls round points placed
+    from the landmarks solver/model_builder/landmarks.py infers from the shape keys (radii in
+    face heights): nose tip and mid-bridge; the midline forehead point and two points beside it
+    a brow's width out; upper and lower lip and the four half-way points to the corners; the
+    points half-way from each cheekbone to the mouth corner."""
+    from solver.model_builder.landmarks import infer_landmarks
+    p = infer_landmarks(rig).position
+    x = shell.coarse_rest * shell.face_height_m
+    height = shell.face_height_m
+
+    def ball(points, radius):
+        return np.min([np.linalg.norm(x - point, axis=1) for point in points], axis=0) < radius * height
+
+    brow = 0.5 * (p["brow_outer_L"] - p["brow_inner_R"])
+    lips = [p["upper_lip"], p["lower_lip"]] + [0.5 * (p[a] + p[b]) for a in ("upper_lip", "lower_lip")
+                                               for b in ("mouth_corner_L", "mouth_corner_R")]
+    return {"nose": ball([p["nose_tip"], 0.5 * (p["nose_tip"] + p["nasion"])], 0.05),
+            "forehead": ball([p["forehead"], p["forehead"] + brow, p["forehead"] - brow], 0.06),
+            "lips": ball(lips, 0.03),
+            "cheeks": ball([0.5 * (p["cheekbone_L"] + p["mouth_corner_L"]),
+                            0.5 * (p["cheekbone_R"] + p["mouth_corner_R"])], 0.05)}
+
+
+@pytest.fixture(scope="module")
+def ict_shell():
+    if not ict_available():
+        pytest.skip("ICT FaceKit data not in ../shared/data")
+    from solver.shell.pipeline import build_shell
+    rig = load_ict_rig()
+    shell, summary = build_shell(rig, settings=ShellSettings(triangles=ICT_TRIANGLES))
+    return rig, shell, summary
+
+
+def test_ict_shapes_replay_within_tolerance(ict_shell, tmp_path):
+    rig, shell, summary = ict_shell
+    assert summary["max_deviation"] < shell.settings.reproducibility
+    assert summary["fitted_shapes"] == len(rig.shape_key_names) == 53
+    save_shell(tmp_path / "ict.npz", shell)
+    loaded = load_shell(tmp_path / "ict.npz")
+    assert loaded.detail.shape == (53, 3 * len(rig.vertices)) and loaded.prescribed.any()
+
+
+def test_ict_stiffness_higher_on_nose_and_forehead_than_cheeks_and_lips(ict_shell):
+    rig, shell, _ = ict_shell
+    regions = face_regions(shell, rig)
+    assert all(mask.sum() >= 5 for mask in regions.values()), {k: int(m.sum()) for k, m in regions.items()}
+    for stiffness in (shell.strain_stiffness, shell.bending_stiffness):
+        mean = {name: float(np.exp(np.log(stiffness[mask]).mean())) for name, mask in regions.items()}
+        assert min(mean["nose"], mean["forehead"]) > max(mean["cheeks"], mean["lips"]), mean

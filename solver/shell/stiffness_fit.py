@@ -40,6 +40,7 @@ REGION_RINGS = 2                # and solves two rings of neighbours with it (§
 _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 12
 _MAX_HOLDS = 8          # shapes whose regions one line search may hold (fit_stiffness)
+HOLD_SHARE = 0.01       # of the largest barrier sensitivity: what a hold holds
 
 
 @dataclass
@@ -429,9 +430,15 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
                 # Hold the stiffening of the shape that left ε_r (its free vertices) and retry
                 # the same length: the shapes share one step length, and backtracking alone
                 # would slow every vertex to the pace of the one region at the barrier.
-                held = problem.failed_shape.free
-                for offset in (0, n):
-                    direction[offset + held] = np.minimum(direction[offset + held], 0.0)
+                # Held: the stiffnesses whose rise pushes that shape toward ε_r by a noticeable
+                # share (its barrier gradient at the accepted stiffness), else its whole region.
+                sensitivity = problem.shape_gradients[:, problem.shapes.index(problem.failed_shape)]
+                if sensitivity.max(initial=0.0) > 0:
+                    held = sensitivity > HOLD_SHARE * sensitivity.max()
+                else:
+                    held = np.zeros(2 * n, dtype=bool)
+                    held[problem.failed_shape.free] = held[n + problem.failed_shape.free] = True
+                direction[held] = np.minimum(direction[held], 0.0)
                 holds += 1
                 continue
             t *= 0.5
