@@ -20,7 +20,7 @@ def stiffness_picture(shell, fine_triangles, up, forward, path, size: int = 640)
     maps = {"strain": shell.fine_strain_stiffness, "bending": shell.fine_bending_stiffness}
     logs = {name: np.log10(np.maximum(values, 1e-12)) for name, values in maps.items()}
     low = np.floor(min(values.min() for values in logs.values()))
-    high = np.ceil(max(values.max() for values in logs.values()))
+    high = np.ceil(max(values.max() for values in logs.values()) - 1e-6)
     colour_map = colormaps[_COLOUR_MAP]
     # The face only: vertices in front of the head's centre, where the shape keys act.
     depth = vertices @ np.asarray(forward, dtype=float)
