@@ -123,3 +123,88 @@ def test_shapes_replay_within_tolerance_after_a_fit():
     assert check.evaluate(theta, want_gradient=False)[2] == "ok"
     check.accept()
     assert check.max_deviation() < settings.reproducibility
+
+
+# --------------------------------------------------------------------------- ICT
+
+from ict_data import ict_available, load_ict_rig  # noqa: E402
+
+ICT_TRIANGLES = 2000     # 4k takes several minutes here (bench/shell_fit.py); the test keeps to ~3
+
+
+def face_regions(shell, rig) -> dict:
+    """Coarse-vertex masks of the nose, forehead, lips and cheeks, as balls round points placed
+    from the landmarks solver/model_builder/landmarks.py infers from the shape keys (radii in
+    face heights): nose tip and mid-bridge; the midline forehead point and two points beside it
+    a brow's width out; upper and lower lip and the four half-way points to the corners; the
+    points half-way from each cheekbone to the mouth corner."""
+    from solver.model_builder.landmarks import infer_landmarks
+    p = infer_landmarks(rig).position
+    x = shell.coarse_rest * shell.face_height_m
+    height = shell.face_height_m
+
+    def ball(points, radius):
+        return np.min([np.linalg.norm(x - point, axis=1) for point in points], axis=0) < radius * height
+
+    brow = 0.5 * (p["brow_outer_L"] - p["brow_inner_R"])
+    lips = [p["upper_lip"], p["lower_lip"]] + [0.5 * (p[a] + p[b]) for a in ("upper_lip", "lower_lip")
+                                               for b in ("mouth_corner_L", "mouth_corner_R")]
+    return {"nose": ball([p["nose_tip"], 0.5 * (p["nose_tip"] + p["nasion"])], 0.05),
+            "forehead": ball([p["forehead"], p["forehead"] + brow, p["forehead"] - brow], 0.06),
+            "lips": ball(lips, 0.04),
+            "cheeks": ball([0.5 * (p["cheekbone_L"] + p["mouth_corner_L"]),
+                            0.5 * (p["cheekbone_R"] + p["mouth_corner_R"])], 0.05)}
+
+
+@pytest.fixture(scope="module")
+def ict_shell():
+    if not ict_available():
+        pytest.skip("ICT FaceKit data not in ../shared/data")
+    from solver.shell.pipeline import build_shell
+    rig = load_ict_rig()
+    shell, summary = build_shell(rig, settings=ShellSettings(triangles=ICT_TRIANGLES))
+    return rig, shell, summary
+
+
+def test_ict_shapes_replay_within_tolerance(ict_shell, tmp_path):
+    rig, shell, summary = ict_shell
+    assert summary["max_deviation"] < shell.settings.reproducibility
+    assert summary["fitted_shapes"] == len(rig.shape_key_names) == 53
+    save_shell(tmp_path / "ict.npz", shell)
+    loaded = load_shell(tmp_path / "ict.npz")
+    assert loaded.detail.shape == (53, 3 * len(rig.vertices)) and loaded.prescribed.any()
+
+
+def test_ict_stiffness_higher_on_nose_and_forehead_than_cheeks_and_lips(ict_shell):
+    rig, shell, _ = ict_shell
+    regions = face_regions(shell, rig)
+    assert all(mask.sum() >= 4 for mask in regions.values()), {k: int(m.sum()) for k, m in regions.items()}
+    for stiffness in (shell.strain_stiffness, shell.bending_stiffness):
+        mean = {name: float(np.exp(np.log(stiffness[mask]).mean())) for name, mask in regions.items()}
+        assert min(mean["nose"], mean["forehead"]) > max(mean["cheeks"], mean["lips"]), mean
+
+
+# --------------------------------------------------------------------------- request, job, command line
+
+def test_shell_fit_job_and_command_line_check_their_fields(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from solver.jobs import JobError, read_job
+    from solver.requests.shell_fit import ShellFitRequest
+    (tmp_path / "rig.npz").write_bytes(b"checked when the job runs")
+    job = {"schema_version": 1, "command": "shell-fit", "inputs": {"rig": "rig.npz"},
+           "outputs": {"shell": "shell.npz"}, "settings": {"triangles": 10}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    with pytest.raises(JobError, match="settings.triangles: expected a whole number in \\[500, 20000\\]"):
+        read_job(tmp_path)
+    job["settings"] = {"triangles": 3000}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    request = read_job(tmp_path)["request"]
+    assert isinstance(request, ShellFitRequest) and request.triangles == 3000
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "solver", "shell-fit", str(tmp_path / "none.npz"), "-o",
+                           str(tmp_path / "shell.npz")], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "RIG" in done.stderr and "no such file" in done.stderr

@@ -40,6 +40,8 @@ REGION_RINGS = 2                # and solves two rings of neighbours with it (§
 _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 12
 _MAX_HOLDS = 8          # shapes whose regions one line search may hold (fit_stiffness)
+STALL_ITERATIONS = 5    # see fit_stiffness's stopping test
+HOLD_SHARE = 0.01       # of the largest barrier sensitivity: what a hold holds
 
 
 @dataclass
@@ -429,9 +431,15 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
                 # Hold the stiffening of the shape that left ε_r (its free vertices) and retry
                 # the same length: the shapes share one step length, and backtracking alone
                 # would slow every vertex to the pace of the one region at the barrier.
-                held = problem.failed_shape.free
-                for offset in (0, n):
-                    direction[offset + held] = np.minimum(direction[offset + held], 0.0)
+                # Held: the stiffnesses whose rise pushes that shape toward ε_r by a noticeable
+                # share (its barrier gradient at the accepted stiffness), else its whole region.
+                sensitivity = problem.shape_gradients[:, problem.shapes.index(problem.failed_shape)]
+                if sensitivity.max(initial=0.0) > 0:
+                    held = sensitivity > HOLD_SHARE * sensitivity.max()
+                else:
+                    held = np.zeros(2 * n, dtype=bool)
+                    held[problem.failed_shape.free] = held[n + problem.failed_shape.free] = True
+                direction[held] = np.minimum(direction[held], 0.0)
                 holds += 1
                 continue
             t *= 0.5
@@ -454,10 +462,13 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
         if log is not None:
             log(f"stiffness fit: iteration {iterations} loss {loss:.6g} step {t:g} "
                 f"max deviation {log_rows[-1][2]:.4g}")
-        # Converged when an uncapped step (not the first phase's steady climb at the cap, whose
-        # relative decrease is tiny too) lowers the loss by less than ε_opt relatively, or no
-        # stiffness changes by more than ε_opt relatively (a step in log κ).
-        if t == 1.0 and step < settings.optimisation_tolerance:
+        # Converged when a full step changes no stiffness by more than ε_opt relatively (a step
+        # in log κ); or when the barrier holds (some shape past half of ε_r: before that the
+        # loss creeps down the target term at the capped step) and the last STALL_ITERATIONS
+        # steps together lowered the loss by less than ε_opt relatively.
+        stalled = (len(log_rows) > STALL_ITERATIONS and log_rows[-1][2] > 0.5 * settings.reproducibility
+                   and log_rows[-1 - STALL_ITERATIONS][1] - loss < settings.optimisation_tolerance * abs(loss))
+        if (t == 1.0 and step < settings.optimisation_tolerance) or stalled:
             stop_reason = "tolerance"
             break
     strain_k, bend_k = problem.stiffness(theta)
