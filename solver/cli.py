@@ -7,6 +7,7 @@ Commands:
   fit          find the activations and jaw pose behind each shape key (inverse physics)
   fit-pictures heat maps of the worst and best shape-key fits of a FIT.npz
   animate      run a model through per-frame activations, or shape-key weights through a fit
+  shell-fit    rig → SHELL.npz: the interactive shell (paper 001) with stiffness fitted to the shape keys
   shell-animate  shape-key weights through the interactive shell (SHELL.npz) → RESULT.npz and .pc2
   shell-live   the add-on's live shell session (Poke): binary frames over stdin/stdout
   lips         the upper and lower lip the solver finds by itself, as LIPS.npz (to edit and pass to

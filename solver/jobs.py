@@ -23,9 +23,10 @@ Commands: `build-model` (rig → model), `fit` (model + rig → FIT.npz, one pro
 finished shape, optionally keeping the other shapes of an earlier fit) and `animate` (model +
 muscle contractions, or model + fit + shape-key weights with optional contractions on top;
 maps with their diffusion and fat softening, teeth/lip contacts with optional painted lips,
-rigid or deforming prop colliders → RESULT.npz and its .pc2) and `shell-animate` (SHELL.npz +
-shape-key weights, optional rigid prop colliders → RESULT.npz and its .pc2 through the
-interactive shell).
+rigid or deforming prop colliders → RESULT.npz and its .pc2), `lips` (model → LIPS.npz),
+`shell-fit` (rig → SHELL.npz: the interactive shell with its fitted stiffness) and
+`shell-animate` (SHELL.npz + shape-key weights, optional rigid prop colliders → RESULT.npz and
+its .pc2 through the interactive shell).
 """
 from __future__ import annotations
 
