@@ -70,12 +70,40 @@ class ConstantFactor:
         return out
 
 
+@njit(cache=True, fastmath=True, inline="always")
+def _gathered(work, start, end, indices, values, a0, a1, a2):
+    """(a0, a1, a2) minus Σ_k values[k] work[indices[k]] over k in [start, end): two partial sums
+    per coordinate halve the chains of dependent multiply-adds."""
+    b0 = 0.0
+    b1 = 0.0
+    b2 = 0.0
+    k = start
+    while k + 1 < end:
+        j = indices[k]
+        v = values[k]
+        a0 -= v * work[j, 0]
+        a1 -= v * work[j, 1]
+        a2 -= v * work[j, 2]
+        j = indices[k + 1]
+        v = values[k + 1]
+        b0 -= v * work[j, 0]
+        b1 -= v * work[j, 1]
+        b2 -= v * work[j, 2]
+        k += 2
+    if k < end:
+        j = indices[k]
+        v = values[k]
+        a0 -= v * work[j, 0]
+        a1 -= v * work[j, 1]
+        a2 -= v * work[j, 2]
+    return a0 + b0, a1 + b1, a2 + b2
+
+
 @njit(cache=True, fastmath=True)
 def substitute(perm, row_start, row_columns, row_values, column_start, column_rows, column_values,
                inverse_diagonal, rhs, work, out):
     """out = P L⁻ᵀ D⁻¹ L⁻¹ Pᵀ rhs for three right-hand sides. Both triangular passes gather
-    (rows of L forward, columns of L backward), so the inner loops only load, and two partial
-    sums per coordinate halve the chains of dependent multiply-adds."""
+    (rows of L forward, columns of L backward), so the inner loops only load."""
     n = perm.shape[0]
     for i in range(n):
         p = perm[i]
@@ -83,62 +111,13 @@ def substitute(perm, row_start, row_columns, row_values, column_start, column_ro
         work[p, 1] = rhs[i, 1]
         work[p, 2] = rhs[i, 2]
     for i in range(n):                                   # L y = b
-        a0, a1, a2 = work[i, 0], work[i, 1], work[i, 2]
-        b0 = 0.0
-        b1 = 0.0
-        b2 = 0.0
-        k = row_start[i]
-        end = row_start[i + 1]
-        while k + 1 < end:
-            j = row_columns[k]
-            v = row_values[k]
-            a0 -= v * work[j, 0]
-            a1 -= v * work[j, 1]
-            a2 -= v * work[j, 2]
-            j = row_columns[k + 1]
-            v = row_values[k + 1]
-            b0 -= v * work[j, 0]
-            b1 -= v * work[j, 1]
-            b2 -= v * work[j, 2]
-            k += 2
-        if k < end:
-            j = row_columns[k]
-            v = row_values[k]
-            a0 -= v * work[j, 0]
-            a1 -= v * work[j, 1]
-            a2 -= v * work[j, 2]
-        work[i, 0] = a0 + b0
-        work[i, 1] = a1 + b1
-        work[i, 2] = a2 + b2
+        work[i, 0], work[i, 1], work[i, 2] = _gathered(work, row_start[i], row_start[i + 1], row_columns,
+                                                       row_values, work[i, 0], work[i, 1], work[i, 2])
     for j in range(n - 1, -1, -1):                       # Lᵀ z = D⁻¹ y
         d = inverse_diagonal[j]
-        a0, a1, a2 = work[j, 0] * d, work[j, 1] * d, work[j, 2] * d
-        b0 = 0.0
-        b1 = 0.0
-        b2 = 0.0
-        k = column_start[j]
-        end = column_start[j + 1]
-        while k + 1 < end:
-            i = column_rows[k]
-            v = column_values[k]
-            a0 -= v * work[i, 0]
-            a1 -= v * work[i, 1]
-            a2 -= v * work[i, 2]
-            i = column_rows[k + 1]
-            v = column_values[k + 1]
-            b0 -= v * work[i, 0]
-            b1 -= v * work[i, 1]
-            b2 -= v * work[i, 2]
-            k += 2
-        if k < end:
-            i = column_rows[k]
-            v = column_values[k]
-            a0 -= v * work[i, 0]
-            a1 -= v * work[i, 1]
-            a2 -= v * work[i, 2]
-        work[j, 0] = a0 + b0
-        work[j, 1] = a1 + b1
-        work[j, 2] = a2 + b2
+        work[j, 0], work[j, 1], work[j, 2] = _gathered(work, column_start[j], column_start[j + 1], column_rows,
+                                                       column_values, work[j, 0] * d, work[j, 1] * d,
+                                                       work[j, 2] * d)
     for i in range(n):
         p = perm[i]
         out[i, 0] = work[p, 0]
