@@ -36,6 +36,8 @@ MIN_TISSUE_DEPTH_FRACTION = 0.6
 # the cut ends there. Half a spacing: on the ICT face (h = 9.6 mm, corners 44 mm apart) a whole
 # spacing left the outer third of each lip glued to the other lip.
 CORNER_REACH = 0.5
+# TissueField.depth_along samples this many steps of all rays still inside per field call.
+_DEPTH_SAMPLES_PER_PASS = 12
 
 
 @dataclass
@@ -114,7 +116,18 @@ class TissueField:
         """
         distances = np.arange(1, int(max_depth / step) + 1) * step
         points = starts[:, None, :] + directions[:, None, :] * distances[None, :, None]
-        value = self.world(points.reshape(-1, 3)).value.reshape(len(starts), -1)
+        # A few samples at a time, and only along the rays still in the tissue: beyond the
+        # first sample outside nothing is used (those values stay NaN, never > 0).
+        value = np.full((len(starts), len(distances)), np.nan)
+        left = np.zeros(len(starts), dtype=bool)
+        for first in range(0, len(distances), _DEPTH_SAMPLES_PER_PASS):
+            rows = np.flatnonzero(~left)
+            if not len(rows):
+                break
+            last = min(first + _DEPTH_SAMPLES_PER_PASS, len(distances))
+            chunk = self.world(points[rows, first:last].reshape(-1, 3)).value.reshape(len(rows), -1)
+            value[rows, first:last] = chunk
+            left[rows] = (chunk > 0).any(axis=1)
         outside = value > 0
         rows = np.arange(len(starts))
         first_out = np.where(outside.any(1), outside.argmax(1), len(distances) - 1)
