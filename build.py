@@ -25,6 +25,8 @@ VENV = os.path.join(ROOT, ".venv")
 REQUIREMENTS = os.path.join(ROOT, "requirements.txt")
 STAMP = os.path.join(VENV, ".requirements.sha256")
 NO_BPY_REQUIREMENTS = os.path.join(VENV, ".requirements-no-bpy.txt")
+# Beside numba's default cache (solver/**/__pycache__): removing the cache removes the stamp.
+WARM_STAMP = os.path.join(ROOT, "solver", "__pycache__", "numba-warm.sha256")
 
 MIN_PYTHON = (3, 11)
 
@@ -256,12 +258,42 @@ def verify_imports(no_bpy):
     fail("\n".join(message))
 
 
+def solver_sources_sha256():
+    """Hash of the solver's Python sources: the numba cache is stale when they change."""
+    digest = hashlib.sha256()
+    for folder, _, names in sorted(os.walk(os.path.join(ROOT, "solver"))):
+        for name in sorted(names):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as source:
+                    digest.update(name.encode() + source.read())
+    return digest.hexdigest()
+
+
+def warm_numba_cache():
+    """Compile the model builder's numba kernels into their on-disk cache (a small demo build,
+    solver/model_builder/warm_up.py), so a fresh install's first model build does not wait for
+    them; skipped while the solver sources are those of the last warm-up."""
+    sha256 = solver_sources_sha256()
+    if os.environ.get("NUMBA_CACHE_DIR") is None and os.path.exists(WARM_STAMP):
+        with open(WARM_STAMP) as stamp:
+            if stamp.read().strip() == sha256:
+                step("model builder kernels already compiled")
+                return
+    step("compiling the model builder's numba kernels (a small demo build)")
+    if run([venv_python(), "-m", "solver.model_builder.warm_up"], env=venv_env()) != 0:
+        fail("the model builder's warm-up build failed (see above)")
+    os.makedirs(os.path.dirname(WARM_STAMP), exist_ok=True)
+    with open(WARM_STAMP, "w") as stamp:
+        stamp.write(sha256 + "\n")
+
+
 def setup(no_bpy=False):
     check_python_version()
     install_system_libraries()
     create_venv()
     install_requirements(no_bpy)
     verify_imports(no_bpy)
+    warm_numba_cache()
 
 
 # --------------------------------------------------------------------------- commands

@@ -10,13 +10,25 @@ runs so nothing first-call is charged to the measured build. Reports total and p
 memory (getrusage maxrss: the whole process, warm-up and rig included), tet and node
 counts, lattice spacing, tet quality and the tet volume against the builder's
 Monte-Carlo estimate of the tissue volume.
+
+With --fresh-install the builds run as a new user's would instead: each a new process
+(`python -m solver build-model`, wall time including imports and numba), first with
+NUMBA_CACHE_DIR pointed at an empty folder ("cold": every kernel compiles), then again with
+that folder ("warm"), then on another empty folder after `python -m solver.model_builder.warm_up`
+(what `build.py setup` and the add-on's installer run; its seconds reported apart). With
+--against REV the same runs of commit REV (exported with git archive) interleave with this
+checkout's, so the ratios are paired on a shared machine. Median of --runs runs (default 3).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -111,6 +123,86 @@ def measure(target_tets: int) -> dict:
     }
 
 
+def _commit(tree: Path) -> str:
+    described = subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"],
+                               capture_output=True, text=True)
+    return described.stdout.strip() or "?"
+
+
+def _timed_process(tree: Path, arguments, cache: Path, timeout=900) -> float:
+    """Wall seconds of `python ARGUMENTS` run from `tree` with its solver first on the path."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(tree))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, *arguments], cwd=tree, env=env, check=True, timeout=timeout,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def _fresh_install_run(tree: Path, rig_path: Path, target_tets: int, work: Path, tag: str, with_warm_up: bool) -> dict:
+    build = ["-m", "solver", "build-model", str(rig_path), "-o", str(work / f"{tag}.npz"),
+             "--target-tets", str(target_tets)]
+    cold_cache = Path(tempfile.mkdtemp(dir=work))
+    run = {"cold_s": _timed_process(tree, build, cold_cache)}
+    run["warm_s"] = _timed_process(tree, build, cold_cache)
+    if with_warm_up:
+        setup_cache = Path(tempfile.mkdtemp(dir=work))
+        run["warm_up_s"] = _timed_process(tree, ["-m", "solver.model_builder.warm_up"], setup_cache)
+        run["after_warm_up_s"] = _timed_process(tree, build, setup_cache)
+    with np.load(work / f"{tag}.npz", allow_pickle=False) as model:
+        run["tets"] = int(len(model["tets"]))
+    return run
+
+
+def measure_fresh_install(target_tets: int, runs: int, against: str | None) -> dict:
+    """Cold, warm and after-warm-up builds of the ICT face, each in a new process; see the module docstring."""
+    from solver.rig import save_rig
+    with tempfile.TemporaryDirectory(prefix="build-bench-") as folder:
+        work = Path(folder)
+        rig_path = work / "ict_rig.npz"
+        save_rig(rig_path, load_ict_rig())
+        trees = {"this": REPOSITORY}
+        if against:
+            exported = work / "against"
+            exported.mkdir()
+            archive = subprocess.run(["git", "-C", str(REPOSITORY), "archive", against], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(exported)], input=archive.stdout, check=True)
+            trees["against"] = exported
+        samples = {name: [] for name in trees}
+        for run in range(runs):
+            for name, tree in trees.items():
+                with_warm_up = (tree / "solver" / "model_builder" / "warm_up.py").is_file()
+                samples[name].append(_fresh_install_run(tree, rig_path, target_tets, work, f"{name}{run}", with_warm_up))
+                print(f"run {run + 1}/{runs} {name}: {samples[name][-1]}", file=sys.stderr, flush=True)
+        result = {"target_tets": target_tets, "runs": runs, "machine_load_1min": round(os.getloadavg()[0], 2)}
+        for name, tree in trees.items():
+            keys = samples[name][0].keys()
+            result[name] = {"commit": _commit(REPOSITORY) if name == "this" else against,
+                            **{key: round(statistics.median(r[key] for r in samples[name]), 2) for key in keys},
+                            "samples": samples[name]}
+        if against:
+            result["ratio_this_over_against"] = {
+                key: round(result["this"][key] / result["against"][key], 3)
+                for key in ("cold_s", "warm_s") if result["against"][key]}
+        return result
+
+
+def print_fresh_install(result: dict) -> None:
+    print(f"ICT face, target {result['target_tets']} tets, median of {result['runs']} runs, each build a new "
+          f"process (wall s); load {result['machine_load_1min']} at the end")
+    for name in ("this", "against"):
+        if name not in result:
+            continue
+        row = result[name]
+        line = (f"  {name:<8} {row['commit']:<14} {row['tets']} tets: cold {row['cold_s']:.1f} s, "
+                f"warm {row['warm_s']:.1f} s")
+        if "after_warm_up_s" in row:
+            line += f", after the setup warm-up ({row['warm_up_s']:.1f} s) {row['after_warm_up_s']:.1f} s"
+        print(line)
+    if "ratio_this_over_against" in result:
+        ratio = result["ratio_this_over_against"]
+        print(f"  this / against: cold x{ratio['cold_s']:.2f}, warm x{ratio['warm_s']:.2f}")
+
+
 def print_report(result: dict) -> None:
     warm, quality, volume = result["warm_up"], result["quality"], result["volume"]
     rig = result["rig"]
@@ -139,14 +231,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target-tets", type=int, default=35000, help="tet count to aim for (default 35000)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--fresh-install", action="store_true",
+                        help="cold / warm / after-warm-up builds in new processes (see the docstring)")
+    parser.add_argument("--runs", type=int, default=3, help="runs to take the median of (--fresh-install)")
+    parser.add_argument("--against", help="a commit to interleave with this checkout (--fresh-install)")
     args = parser.parse_args(argv)
     if not ict_available():
         print(f"error: the ICT FaceKit data is missing: expected {ICT_PATH} "
               "(../shared/data beside the project). Nothing to benchmark.", file=sys.stderr)
         return 2
-    result = measure(args.target_tets)
+    if args.fresh_install:
+        result = measure_fresh_install(args.target_tets, args.runs, args.against)
+    else:
+        result = measure(args.target_tets)
     if args.json:
         print(json.dumps(result))
+    elif args.fresh_install:
+        print_fresh_install(result)
     else:
         print_report(result)
     return 0

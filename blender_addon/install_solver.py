@@ -12,12 +12,15 @@ with the portable set — wheels only, no compiler: numpy, scipy, numba and chol
 wheels bundle CHOLMOD (solver/physics/cholesky.py) — and says so; `--portable` goes there
 directly. Without IPOPT only the optional `ipopt` contact solver is missing. Messages are the
 job protocol's (progress, error, result, done), so the same poller shows them. A stamp file is
-written only after the import check passes, so a half-finished install never counts.
+written only after the import check passes, so a half-finished install never counts. Last, the
+model builder's numba kernels are compiled into their cache (a small demo build), so the first
+real build does not pay for it.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,8 +78,9 @@ def main(argv=None) -> int:
                  str(_written(args.venv, requirements_text, True))],
                 0.6, "installing the portable set: numpy, scipy, numba, cholespy (wheels only)")
         check = "import importlib\nfor m in %r: importlib.import_module(m)" % (CHECKED_MODULES,)
-        run([str(python), "-c", check], 0.95, "checking the solver's imports")
+        run([str(python), "-c", check], 0.9, "checking the solver's imports")
         stamp.write_text("portable\n" if portable else "ok\n", encoding="utf-8")
+        _warm_up(python, args.requirements.resolve().parent)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as error:
         emit("error", message=f"{error}. The solver needs numpy, scipy, numba and cholespy from the package "
                               f"registry (Blender's Preferences › System › Allow Online Access).")
@@ -86,6 +90,27 @@ def main(argv=None) -> int:
     emit("result", message=f"solver installed in {args.venv}: {kind}", python=str(python), portable=portable)
     emit("done", status="ok", exit_code=0)
     return 0
+
+
+def _warm_up(python: Path, source: Path) -> None:
+    """Compile the model builder's numba kernels now (solver/model_builder/warm_up.py), so the
+    user's first model build does not wait for them; an install without it still works."""
+    if not (source / "solver" / "model_builder" / "warm_up.py").is_file():
+        return
+    emit("progress", message="compiling the model builder (about half a minute)", fraction=0.95)
+    # Blender's own Python settings must not leak into the venv's interpreter.
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONNOUSERSITE")}
+    env["PYTHONPATH"] = str(source)
+    try:
+        completed = subprocess.run([str(python), "-m", "solver.model_builder.warm_up"], cwd=source, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+        failure = None if completed.returncode == 0 else " / ".join(completed.stdout.strip().splitlines()[-2:])
+    except (OSError, subprocess.TimeoutExpired) as error:
+        failure = str(error)
+    if failure:
+        emit("warning", message=f"compiling the model builder ahead failed; the first model build will "
+                                f"compile it instead: {failure}")
 
 
 def _written(venv: Path, requirements_text: str, portable: bool) -> Path:

@@ -277,6 +277,29 @@ def test_max_distance_limits_the_search():
     assert exact_bound.triangle_index[0] == unbounded.triangle_index[0]
 
 
+def test_a_neighbours_triangle_as_first_bound_changes_no_bit():
+    """Each point's search starts bounded by the previous point's triangle; alone, a point has
+    no such bound. Grid points (ties at shared edges and corners included, and a mesh with
+    repeated triangles) must give bitwise the same answer either way."""
+    rng = np.random.default_rng(8)
+    vertices, triangles = perturbed_sphere(rng, subdivisions=2)
+    triangles = np.vstack([triangles, triangles[::7]])         # exact ties between two slots
+    axis = np.linspace(-1.6, 1.6, 17)
+    grid = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
+    points = np.vstack([grid, vertices, rng.uniform(-3.0, 3.0, (300, 3))])
+    tree = ClosestPointTree(vertices, triangles)
+    for max_distance in (np.inf, 0.3):
+        together = tree.query(points, max_distance)
+        for start in range(0, len(points), 97):
+            alone = [tree.query(points[k:k + 1], max_distance) for k in range(start, min(start + 3, len(points)))]
+            for offset, single in enumerate(alone):
+                k = start + offset
+                assert single.triangle_index[0] == together.triangle_index[k]
+                assert single.distance.tobytes() == together.distance[k:k + 1].tobytes()
+                assert single.barycentric.tobytes() == together.barycentric[k:k + 1].tobytes()
+                assert single.closest.tobytes() == together.closest[k:k + 1].tobytes()
+
+
 def test_empty_mesh_finds_nothing_and_winds_zero():
     vertices = np.zeros((0, 3))
     triangles = np.zeros((0, 3), int)

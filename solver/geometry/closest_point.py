@@ -234,10 +234,26 @@ def _closest_points_kernel(
         node_stack = np.empty(stack_size, np.int64)
         bound_stack = np.empty(stack_size)
         block_end = min((block + 1) * _POINTS_PER_BLOCK, point_count)
+        previous_slot = -1
         for point in range(block * _POINTS_PER_BLOCK, block_end):
+            qx, qy, qz = points[point, 0], points[point, 1], points[point, 2]
+            bound_squared = search_bound_squared
+            if previous_slot >= 0:
+                # Neighbouring query points (grids, lattices) usually share their nearest
+                # triangle: its distance, a hair above, bounds the search from the start. The
+                # answer is the same triangle and the same numbers as an unbounded search:
+                # a node is only ever skipped for a bound no better than a triangle already
+                # found or this one, which the search then finds itself.
+                u, v, w = _closest_on_triangle(qx, qy, qz, corners, previous_slot)
+                rx = u * corners[previous_slot, 0, 0] + v * corners[previous_slot, 1, 0] + w * corners[previous_slot, 2, 0] - qx
+                ry = u * corners[previous_slot, 0, 1] + v * corners[previous_slot, 1, 1] + w * corners[previous_slot, 2, 1] - qy
+                rz = u * corners[previous_slot, 0, 2] + v * corners[previous_slot, 1, 2] + w * corners[previous_slot, 2, 2] - qz
+                seed_squared = rx * rx + ry * ry + rz * rz
+                bound_squared = min(search_bound_squared, seed_squared * (1.0 + 1e-9) + 1e-300)
             best_squared, best_slot, best_u, best_v, best_w = nearest_triangle_slot(
-                points[point, 0], points[point, 1], points[point, 2], search_bound_squared, corners,
+                qx, qy, qz, bound_squared, corners,
                 node_first_child, node_start, node_stop, node_lower, node_upper, node_stack, bound_stack)
+            previous_slot = best_slot
             if best_slot >= 0:
                 distance[point] = math.sqrt(best_squared)
                 triangle_index[point] = triangle_order[best_slot]

@@ -23,7 +23,7 @@ from .landmarks import infer_landmarks
 from .mouth_cut import UPPER, cut_along_slit, find_mouth_slit
 from .muscles import MusclePlacer
 from .tetmesh import boundary_faces, compact, dihedral_angle_range, mesh_implicit_volume, signed_volumes, tet_quality
-from .tissue import BONE_NAMES, SkinField, build_bone_field, find_cavity_lining
+from .tissue import BONE_NAMES, SkinField, build_bone_field, estimated_bone_surfaces, find_cavity_lining
 
 DENSITY_KG_PER_M3 = 1000.0     # 1 g/cm³, soft tissue
 # BCC lattice: 12 tets per cubic cell, so a volume V at spacing h holds about 12 V / h³ tets;
@@ -36,6 +36,8 @@ MIN_TISSUE_DEPTH_FRACTION = 0.6
 # the cut ends there. Half a spacing: on the ICT face (h = 9.6 mm, corners 44 mm apart) a whole
 # spacing left the outer third of each lip glued to the other lip.
 CORNER_REACH = 0.5
+# TissueField.depth_along samples this many steps of all rays still inside per field call.
+_DEPTH_SAMPLES_PER_PASS = 12
 
 
 @dataclass
@@ -85,6 +87,22 @@ class TissueField:
                             projection=np.where(bone_decides[:, None], bone_projection, hit.closest),
                             skin_value=skin_value, bone_value=bone_value, bone_label=bone_label)
 
+    def negative(self, points):
+        """(p,) bool: world(points).value < 0, for less work: bones are evaluated only inside the skin.
+
+        With the skin value s < 0, max(s, bone) < 0 exactly when not bone >= 0 (as in `world`,
+        whose comparison bone > s keeps s for a NaN bone).
+        """
+        negative = self.skin.negative(points)
+        inside_skin = np.flatnonzero(negative)
+        if len(inside_skin):
+            negative[inside_skin] = ~(self.bones.evaluate(points[inside_skin])[0] >= 0)
+        return negative
+
+    def contains(self, local_points):
+        """(p,) bool: the head-frame points where the field is negative (`negative`)."""
+        return self.negative(self.frame.world(local_points))
+
     def __call__(self, local_points):
         sample = self.world(self.frame.world(local_points))
         return sample.value, self.frame.local(sample.projection)
@@ -98,7 +116,18 @@ class TissueField:
         """
         distances = np.arange(1, int(max_depth / step) + 1) * step
         points = starts[:, None, :] + directions[:, None, :] * distances[None, :, None]
-        value = self.world(points.reshape(-1, 3)).value.reshape(len(starts), -1)
+        # A few samples at a time, and only along the rays still in the tissue: beyond the
+        # first sample outside nothing is used (those values stay NaN, never > 0).
+        value = np.full((len(starts), len(distances)), np.nan)
+        left = np.zeros(len(starts), dtype=bool)
+        for first in range(0, len(distances), _DEPTH_SAMPLES_PER_PASS):
+            rows = np.flatnonzero(~left)
+            if not len(rows):
+                break
+            last = min(first + _DEPTH_SAMPLES_PER_PASS, len(distances))
+            chunk = self.world(points[rows, first:last].reshape(-1, 3)).value.reshape(len(rows), -1)
+            value[rows, first:last] = chunk
+            left[rows] = (chunk > 0).any(axis=1)
         outside = value > 0
         rows = np.arange(len(starts))
         first_out = np.where(outside.any(1), outside.argmax(1), len(distances) - 1)
@@ -129,7 +158,7 @@ def _local_box(frame, skin_vertices, margin, spacing=None, grading=None):
 
 
 def estimate_volume(field, low, high, samples, seed=11, warp=None):
-    """Volume of {field < 0} inside the box [low, high] by stratified Monte Carlo, and its standard error.
+    """Volume of {field < 0} (a TissueField, through `contains`) inside the box [low, high] by stratified Monte Carlo, and its standard error.
 
     With a `warp` (lattice space → head frame) the box is in lattice space and the volume is
     the lattice-space volume of the warped-back region, which is what sets the tet count.
@@ -144,7 +173,7 @@ def estimate_volume(field, low, high, samples, seed=11, warp=None):
     counts = np.maximum(np.round(extent / cell).astype(int), 1)
     index = np.stack(np.meshgrid(*[np.arange(n) for n in counts], indexing="ij"), -1).reshape(-1, 3)
     points = low + (index + rng.random(index.shape)) * (extent / counts)
-    inside = field(points if warp is None else warp(points))[0] < 0
+    inside = field.contains(points if warp is None else warp(points))
     box = float(np.prod(extent))
     p = inside.mean()
     return box * p, box * np.sqrt(p * (1 - p) / len(points))
@@ -188,7 +217,8 @@ def prepare_tissue(rig: FaceRig, options: BuildOptions, triangles=None) -> Prepa
     margin = 0.01 * landmarks.scale
     low, high = _local_box(frame, rig.vertices, margin)
     coarse_samples = max(options.volume_samples // 5, 20_000)
-    bones, _ = build_bone_field(rig, skin, landmarks, jaw, cavity, min_tissue_depth=0.0)
+    surfaces = estimated_bone_surfaces(rig, skin, landmarks, cavity)       # both bone builds share these
+    bones, _ = build_bone_field(rig, skin, landmarks, jaw, cavity, min_tissue_depth=0.0, surfaces=surfaces)
     volume, _ = estimate_volume(TissueField(skin, bones, frame), low, high, coarse_samples)
     if volume <= 0:
         raise ModelBuildError("the skin encloses no tissue: is the skin inside out or are the bones larger "
@@ -200,7 +230,9 @@ def prepare_tissue(rig: FaceRig, options: BuildOptions, triangles=None) -> Prepa
                            estimate_volume(TissueField(skin, bones, frame), lattice_low, lattice_high,
                                            coarse_samples, warp=warp)[0], options.target_tets)
     bones, bone_info = build_bone_field(rig, skin, landmarks, jaw, cavity,
-                                        min_tissue_depth=MIN_TISSUE_DEPTH_FRACTION * spacing)
+                                        min_tissue_depth=MIN_TISSUE_DEPTH_FRACTION * spacing, surfaces=surfaces)
+    if surfaces is not None:
+        surfaces.forget()
     field = TissueField(skin, bones, frame)
     volume, volume_error = estimate_volume(field, low, high, options.volume_samples)
     lattice_volume = volume if grading is None else estimate_volume(field, lattice_low, lattice_high,

@@ -104,6 +104,12 @@ class SkinField:
         sign = np.where(self.inside(points), -1.0, 1.0)
         return sign * hit.distance, hit
 
+    def negative(self, points):
+        """(p,) bool: evaluate(points)[0] < 0, without the distances: inside, and not on the skin
+        (there the value is -0.0)."""
+        on_skin = np.isfinite(self.closest.query(points, max_distance=0.0).distance)
+        return self.inside(points) & ~on_skin
+
     def outward_normal_at(self, points):
         """Unit direction (p,3) from each point toward the outside across the nearest skin."""
         hit = self.closest.query(points)
@@ -217,6 +223,43 @@ class BoneField:
         return value, label, projection
 
 
+class EstimatedBoneSurfaces:
+    """The surfaces an estimated solid measures from: the outer skin, the cavity lining and
+    supplied teeth, as closest-point trees, with the last query's hits remembered.
+
+    Both estimated solids of a build (without and with the minimum tissue depth) differ only
+    in depths, and both sample the same separation grid (about a million points on the ICT
+    face), so the grid's hits are remembered and the second solid reuses them (the same
+    queries, so the same numbers); `forget` frees them once both are built.
+    """
+
+    def __init__(self, skin_vertices, triangles, outer_vertex, teeth=(), alveolar_reach=0.0):
+        self.teeth = list(teeth)          # (label, ClosestPointTree) of supplied teeth
+        self.alveolar_reach = alveolar_reach
+        outer_tri = outer_vertex[triangles].all(axis=1)
+        self.outer_triangles = triangles[outer_tri]
+        self.outer = ClosestPointTree(skin_vertices, self.outer_triangles)
+        self.cavity_triangles = triangles[~outer_tri]
+        self.cavity = ClosestPointTree(skin_vertices, self.cavity_triangles) if len(self.cavity_triangles) else None
+        self._last = None
+
+    def query(self, points, remember=False):
+        """(outer hit, cavity hit or None, (teeth, points) distances within the alveolar reach or None);
+        with `remember`, kept for the next remembered query of the same points."""
+        if remember and self._last is not None and np.array_equal(self._last[0], points):
+            return self._last[1]
+        hits = (self.outer.query(points),
+                None if self.cavity is None else self.cavity.query(points),
+                np.stack([tree.query(points, max_distance=self.alveolar_reach).distance
+                          for _, tree in self.teeth]) if self.teeth else None)
+        if remember:
+            self._last = (np.array(points, copy=True), hits)
+        return hits
+
+    def forget(self):
+        self._last = None
+
+
 class _EstimatedCranioMandible:
     """Bone below a depth field under the outer skin and a lining under cavities, one solid.
 
@@ -225,35 +268,26 @@ class _EstimatedCranioMandible:
     predicate ``mouth_floor(points)``). `_SeparatedCranioMandible` makes two bones of it.
     """
 
-    def __init__(self, skin_vertices, triangles, outer_vertex, depth, jaw_weight, lining,
-                 teeth=(), alveolar_reach=0.0, mouth_floor=None):
-        self.teeth = list(teeth)          # (label, ClosestPointTree) of supplied teeth
-        self.alveolar_reach = alveolar_reach
-        outer_tri = outer_vertex[triangles].all(axis=1)
-        self.triangles = triangles
+    def __init__(self, surfaces: EstimatedBoneSurfaces, depth, jaw_weight, lining, mouth_floor=None):
+        self.surfaces = surfaces
         self.depth = depth
         self.jaw_weight = jaw_weight
-        self.outer = ClosestPointTree(skin_vertices, triangles[outer_tri])
-        self.outer_triangles = triangles[outer_tri]
-        cavity_tri = triangles[~outer_tri]
-        self.cavity = ClosestPointTree(skin_vertices, cavity_tri) if len(cavity_tri) else None
-        self.cavity_triangles = cavity_tri
         self.lining = lining
         self.mouth_floor = mouth_floor
 
     def _interpolate(self, per_vertex, triangles, hit):
         return (per_vertex[triangles[hit.triangle_index]] * hit.barycentric).sum(axis=1)
 
-    def evaluate(self, points):
-        outer_hit = self.outer.query(points)
-        depth_here = self._interpolate(self.depth, self.outer_triangles, outer_hit)
+    def evaluate(self, points, remember=False):
+        surfaces = self.surfaces
+        outer_hit, cavity_hit, teeth_distances = surfaces.query(points, remember)
+        depth_here = self._interpolate(self.depth, surfaces.outer_triangles, outer_hit)
         value = outer_hit.distance - depth_here
         direction = points - outer_hit.closest
         direction /= np.maximum(outer_hit.distance, 1e-12)[:, None]
         projection = outer_hit.closest + direction * depth_here[:, None]
-        jaw = self._interpolate(self.jaw_weight, self.outer_triangles, outer_hit)
-        if self.cavity is not None:
-            cavity_hit = self.cavity.query(points)
+        jaw = self._interpolate(self.jaw_weight, surfaces.outer_triangles, outer_hit)
+        if cavity_hit is not None:
             cavity_value = cavity_hit.distance - self.lining
             nearer_cavity = cavity_value < value
             value = np.where(nearer_cavity, cavity_value, value)
@@ -262,19 +296,17 @@ class _EstimatedCranioMandible:
             projection[nearer_cavity] = (cavity_hit.closest + offset * self.lining)[nearer_cavity]
             # Deep points are labelled by whichever surface is nearer: bone behind the lower
             # mouth lining follows the jaw, bone above the palate does not.
-            cavity_jaw = self._interpolate(self.jaw_weight, self.cavity_triangles, cavity_hit)
+            cavity_jaw = self._interpolate(self.jaw_weight, surfaces.cavity_triangles, cavity_hit)
             jaw = np.where(cavity_hit.distance < outer_hit.distance, cavity_jaw, jaw)
         label = np.where(jaw > 0.5, JAW, SKULL).astype(np.int8)
         if self.mouth_floor is not None:
             label[(label == JAW) & self.mouth_floor(points)] = _NO_BONE
-        if self.teeth:
+        if teeth_distances is not None:
             # The alveolar bone holding supplied teeth belongs to their bone, whatever the
             # skin above it does in jawOpen (the lining behind the molars barely moves).
-            distances = np.stack([tree.query(points, max_distance=self.alveolar_reach).distance
-                                  for _, tree in self.teeth])
-            nearest = np.argmin(distances, axis=0)
-            near_teeth = np.isfinite(distances.min(axis=0))
-            teeth_label = np.array([teeth_label for teeth_label, _ in self.teeth], dtype=np.int8)[nearest]
+            nearest = np.argmin(teeth_distances, axis=0)
+            near_teeth = np.isfinite(teeth_distances.min(axis=0))
+            teeth_label = np.array([teeth_label for teeth_label, _ in surfaces.teeth], dtype=np.int8)[nearest]
             label = np.where(near_teeth, teeth_label, label)
         return value, projection, label
 
@@ -324,7 +356,7 @@ class _SeparatedCranioMandible:
         shape = np.maximum(np.ceil((np.asarray(high) - low) / voxel).astype(int) + 1, 2)
         axes = [low[k] + voxel * np.arange(shape[k]) for k in range(3)]
         grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 3)
-        value, _, label = solid.evaluate(grid)
+        value, _, label = solid.evaluate(grid, remember=True)
         jaw = ((value > 0) & (label == JAW)).reshape(shape)
         skull = ((value > 0) & (label == SKULL)).reshape(shape)
         self.to_jaw = _DistanceMap(jaw, low, voxel)
@@ -398,8 +430,12 @@ def interpolate_depth(skin_vertices, outer, landmarks, min_depth):
     return np.maximum(depth, min_depth)
 
 
-def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_depth) -> tuple[BoneField, dict]:
-    """Bones from the rig when supplied, otherwise estimated; plus sockets for supplied teeth."""
+def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_depth,
+                     surfaces: EstimatedBoneSurfaces | None = None) -> tuple[BoneField, dict]:
+    """Bones from the rig when supplied, otherwise estimated; plus sockets for supplied teeth.
+
+    `surfaces` (from `estimated_bone_surfaces`) lets two builds share their queries.
+    """
     bones = BoneField()
     info = {}
     if rig.skull_vertices is not None:
@@ -418,11 +454,9 @@ def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_de
     else:
         outer = ~cavity
         depth = interpolate_depth(skin.vertices, outer, landmarks, min_tissue_depth)
+        surfaces = surfaces or estimated_bone_surfaces(rig, skin, landmarks, cavity)
         estimated = _EstimatedCranioMandible(
-            skin.vertices, skin.triangles, outer, depth, jaw.skin_weight,
-            max(CAVITY_LINING_MM * 1e-3 * landmarks.scale, min_tissue_depth),
-            teeth=[(label, ClosestPointTree(v, triangulate(f, v))) for label, v, f in _teeth(rig)],
-            alveolar_reach=ALVEOLAR_REACH_MM * 1e-3 * landmarks.scale,
+            surfaces, depth, jaw.skin_weight, max(CAVITY_LINING_MM * 1e-3 * landmarks.scale, min_tissue_depth),
             mouth_floor=lambda points: under_mouth_floor(landmarks.frame.local(points), landmarks))
         unit = 1e-3 * landmarks.scale
         bones.add(_SeparatedCranioMandible(
@@ -438,6 +472,16 @@ def build_bone_field(rig, skin: SkinField, landmarks, jaw, cavity, min_tissue_de
         bones.add(_Socket(label, verts, triangulate(faces, verts), TEETH_SOCKET_MM * 1e-3 * landmarks.scale,
                           crown_direction))
     return bones, info
+
+
+def estimated_bone_surfaces(rig, skin: SkinField, landmarks, cavity) -> EstimatedBoneSurfaces | None:
+    """The surfaces estimated bones are measured from; None when the rig supplies a skull."""
+    if rig.skull_vertices is not None:
+        return None
+    return EstimatedBoneSurfaces(
+        skin.vertices, skin.triangles, ~cavity,
+        teeth=[(label, ClosestPointTree(v, triangulate(f, v))) for label, v, f in _teeth(rig)],
+        alveolar_reach=ALVEOLAR_REACH_MM * 1e-3 * landmarks.scale)
 
 
 def _teeth(rig):
