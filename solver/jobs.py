@@ -202,6 +202,21 @@ def _lips_request(inputs: dict, outputs: dict, settings: dict):
     return LipsRequest(model=inputs["model"], output=outputs["lips"], **settings)
 
 
+def _correctives_request(inputs: dict, outputs: dict, settings: dict):
+    from .requests.correctives import CorrectivesRequest
+    settings = dict(settings)
+    if "jobs" in settings:
+        settings["processes"] = settings.pop("jobs")
+    return CorrectivesRequest(model=inputs["model"], fit=inputs["fit"], rig=inputs["rig"],
+                              output=outputs["correctives"], **settings)
+
+
+def _play_correctives_request(inputs: dict, outputs: dict, settings: dict):
+    from .requests.play_correctives import PlayCorrectivesRequest
+    return PlayCorrectivesRequest(rig=inputs["rig"], correctives=inputs["correctives"], weights=inputs["weights"],
+                                  output=outputs["result"], **settings)
+
+
 def _request_label(command: str):
     """How job.json spells a field of the command's request."""
     spec = _COMMANDS[command]
@@ -250,6 +265,15 @@ _COMMANDS: Dict[str, dict] = {
                       "run": _runner("shell_animate", "run_shell_animate")},
     "lips": {"inputs": ("model",), "optional_inputs": (), "outputs": ("lips",), "settings": (),
              "request": _lips_request, "labels": {"output": "outputs.lips"}, "run": _runner("lips", "run_lips")},
+    "correctives": {"inputs": ("model", "fit", "rig"), "optional_inputs": (), "outputs": ("correctives",),
+                    "settings": ("keys", "jobs", "threshold_mm", "collisions", "sample_timeout_s"),
+                    "request": _correctives_request,
+                    "labels": {"output": "outputs.correctives", "processes": "settings.jobs"},
+                    "run": _runner("correctives", "run_correctives")},
+    "play-correctives": {"inputs": ("rig", "correctives", "weights"), "optional_inputs": (),
+                         "outputs": ("result",), "settings": ("cache_start_frame", "cache_metres_per_unit"),
+                         "request": _play_correctives_request, "labels": {"output": "outputs.result"},
+                         "run": _runner("play_correctives", "run_play_correctives")},
 }
 
 
