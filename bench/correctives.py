@@ -68,6 +68,28 @@ def _evaluation_ms(rig_path: Path, corr_path: Path, frames: int = 200):
     return timings, len(rig.vertices), len(names), len(corrected.term_names)
 
 
+def _rms_mm(rig_path: Path, corr_path: Path):
+    """(corrected, linear): the mean over the fitted samples of the RMS distance over all skin
+    vertices to the simulated skin, mm (the samples stored beside CORR.npz)."""
+    from solver.correctives.corr_file import CorrectedRig, load_correctives
+    from solver.npz_files import read_npz
+    from solver.rig import load_rig
+    rig = load_rig(rig_path)
+    names = [str(name) for name in rig.shape_key_names]
+    corr = load_correctives(corr_path, names)
+    corrected = CorrectedRig(rig.vertices, rig.shape_key_deltas, names, corr)
+    columns = [names.index(str(key)) for key in corr["key_names"]]
+    errors = []
+    for path in sorted((corr_path.parent / f".{corr_path.stem}.samples").glob("[sp][ia]*.npz")):
+        arrays = read_npz(path)
+        for row, skin in zip(arrays["weights"], arrays["skin"]):
+            weights = np.zeros(len(names))
+            weights[columns] = row
+            errors.append([1e3 * np.sqrt((np.linalg.norm(play(weights) - skin, axis=1) ** 2).mean())
+                           for play in (corrected.frame, corrected.linear_frame)])
+    return np.mean(errors, axis=0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo", type=Path, help="folder for the demo head's rig, model and fit")
@@ -77,6 +99,8 @@ def main():
     parser.add_argument("--keys", default="jawOpen,mouthSmile_L,mouthPucker")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threshold-mm", type=float, default=None)
+    parser.add_argument("--keep-samples", action="store_true",
+                        help="keep the samples an earlier run stored (then the build time is a rerun's)")
     args = parser.parse_args()
     if args.demo:
         model, fit, rig = _demo_inputs(args.demo, args.keys)
@@ -85,7 +109,8 @@ def main():
         model, fit, rig = args.model, args.fit, args.rig
         out = Path("bench_corr.npz").resolve()
     samples = out.parent / f".{out.stem}.samples"
-    shutil.rmtree(samples, ignore_errors=True)
+    if not args.keep_samples:
+        shutil.rmtree(samples, ignore_errors=True)
     extra = [] if args.threshold_mm is None else ["--threshold-mm", args.threshold_mm]
     command = ["correctives", model, fit, rig, "-o", out, "--keys", args.keys, "--jobs", args.jobs, *extra]
     built_s, result = _solver(*command)
@@ -101,6 +126,8 @@ def main():
     print(f"fit residual (per-sample worst vertex): corrected {result['error_mean_mm']:.3f} mean / "
           f"{result['error_max_mm']:.3f} max mm; linear rig {result['linear_error_mean_mm']:.3f} / "
           f"{result['linear_error_max_mm']:.3f} mm")
+    rms = _rms_mm(rig, out)
+    print(f"fit residual (per-sample RMS over the skin): corrected {rms[0]:.3f} mean, linear rig {rms[1]:.3f} mean")
     print(f"CORR.npz: {out.stat().st_size / 1e6:.2f} MB, {terms} corrective shapes")
     print(f"per frame in numpy: linear rig {timings['linear']:.3f} ms, corrected rig {timings['corrected']:.3f} ms "
           f"(median of 200)")

@@ -141,6 +141,7 @@ def test_bad_input_is_refused_with_the_field_and_the_fix(built, demo_rig):
             from solver.requests.correctives import run_correctives
             run_correctives(CorrectivesRequest(**arguments), None)
         assert caught.value.field == field, (change, str(caught.value))
+    write_npz_atomically(folder / "weights.npz", {"names": np.array(KEYS), "weights": np.ones((1, 2))})
     with pytest.raises(CorrectivesFormatError, match="key_names: missing"):
         load_correctives(folder / "rig.npz")
     with pytest.raises(CorrectivesFormatError, match="vertices"):

@@ -204,7 +204,7 @@ def solve_chains(chains, keys, model: Path, fit: Path, collisions: tuple, store:
         else:
             solved[chain.stem] = stored
     if len(solved):
-        report.progress(f"{len(solved)} of {len(chains)} {chains[0].kind} chains already solved, skipped",
+        report.progress(f"{len(solved)} of {len(chains)} chains of samples already solved, skipped",
                         fraction=None, skipped=len(solved))
     running: list = []
     failures: list = []
