@@ -123,9 +123,9 @@ def test_a_rerun_solves_no_sample_again(built):
                          "-o", folder / "corr.npz", "--jobs", 2, "--threshold-mm", 0, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     after = {path.name: path.stat().st_mtime_ns for path in samples_folder(folder / "corr.npz").glob("*.npz")}
-    assert before == after and len(before) == 3
+    assert before == after and len(before) == 4       # two singles, the probe, the pair
     skipped = [line for line in lines if line.get("skipped")]
-    assert sum(line["skipped"] for line in skipped) == 3
+    assert sum(line["skipped"] for line in skipped) == 4
     assert time.monotonic() - started < 0.5 * built["seconds"]
 
 

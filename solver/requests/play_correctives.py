@@ -46,6 +46,12 @@ class PlayCorrectivesRequest:
                                         companions=(".pc2",)))
 
 
+def _refused(field: str, error: Exception, fix: str) -> RequestError:
+    """A loader's error as the request's: its own fix when it gives one, else `fix`."""
+    problem, _, own_fix = str(error).partition(". Fix: ")
+    return RequestError(field, problem.rstrip("."), own_fix.rstrip(".") or fix)
+
+
 def run_play_correctives(request: PlayCorrectivesRequest, report) -> dict:
     from ..correctives.corr_file import CorrectedRig, CorrectivesFormatError, load_correctives
     from ..inverse.blend import load_weights
@@ -58,17 +64,20 @@ def run_play_correctives(request: PlayCorrectivesRequest, report) -> dict:
     try:
         rig = load_rig(request.rig)
     except RigFormatError as error:
-        raise RequestError("rig", str(error).rstrip("."), "export the rig again") from None
+        raise _refused("rig", error, "export the rig again") from None
     names = [str(name) for name in rig.shape_key_names]
     try:
         correctives = load_correctives(request.correctives, names, len(rig.vertices))
     except CorrectivesFormatError as error:
-        raise RequestError("correctives", str(error).rstrip("."), "see the message") from None
+        raise _refused("correctives", error, "build the correctives again") from None
     try:
         weights, _, fps, heads = load_weights(request.weights, {"shape_key_names": np.array(names)})
     except AnimationInputError as error:
-        raise RequestError("weights", f"{request.weights.name}: {str(error).rstrip('.')}",
-                           "correct the weights file as the message says") from None
+        # load_weights speaks of a fit; here the names are the rig's shape keys.
+        message = str(error).replace("not in the fit (it has", "not shape keys of the rig (it has")
+        message = message.replace("; fit those shapes or fix the names", "; fix the names")
+        raise _refused("weights", f"{request.weights.name}: {message}",
+                       "correct the weights file as the message says") from None
     corrected = CorrectedRig(rig.vertices, rig.shape_key_deltas, names, correctives)
     frames = len(weights)
     report.progress(f"playing {frames} frames through {len(correctives['terms'])} corrective shapes",
