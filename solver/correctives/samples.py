@@ -148,7 +148,7 @@ class _Running:
 
 
 def _start(chain: Chain, keys, model: Path, fit: Path, collisions: tuple, scratch_root: Path,
-           timeout_s: float) -> _Running:
+           timeout_s: float, single_threaded: bool) -> _Running:
     scratch = Path(tempfile.mkdtemp(prefix=f"{chain.kind}-", dir=scratch_root))
     write_npz_atomically(scratch / "weights.npz", {"names": np.array(keys), "weights": chain.weights,
                                                    "fps": np.array(24.0)})
@@ -158,6 +158,8 @@ def _start(chain: Chain, keys, model: Path, fit: Path, collisions: tuple, scratc
         command += ["--collisions", ",".join(collisions)]
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(SOLVER_ROOT)] + [part for part in os.environ.get("PYTHONPATH", "").split(os.pathsep) if part]))
+    if single_threaded:     # N children on N cores: one thread each, as the fit's workers (inverse/shapes.py)
+        environment.update({key: "1" for key in ("OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "OMP_NUM_THREADS")})
     log = open(scratch / "log.txt", "w")
     # Its own session: a timeout or a cancel kills the child and anything it started, and only that.
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=environment,
@@ -214,7 +216,8 @@ def solve_chains(chains, keys, model: Path, fit: Path, collisions: tuple, store:
     try:
         while pending or running:
             while pending and len(running) < processes and not failures:
-                running.append(_start(pending.pop(0), keys, model, fit, collisions, scratch_root, timeout_s))
+                running.append(_start(pending.pop(0), keys, model, fit, collisions, scratch_root, timeout_s,
+                                      single_threaded=processes > 1))
             time.sleep(0.05)
             for item in list(running):
                 if item.process.poll() is None and time.monotonic() < item.deadline:
