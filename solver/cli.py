@@ -8,6 +8,8 @@ Commands:
   fit-pictures heat maps of the worst and best shape-key fits of a FIT.npz
   animate      run a model through per-frame activations, or shape-key weights through a fit
   shell-fit    rig → SHELL.npz: the interactive shell (paper 001) with stiffness fitted to the shape keys
+  correctives  quadratic corrective shape keys fitted to simulated samples → CORR.npz
+  play-correctives  weights through a rig and its CORR.npz, no physics → RESULT.npz and .pc2
   shell-animate  shape-key weights through the interactive shell (SHELL.npz) → RESULT.npz and .pc2
   shell-live   the add-on's live shell session (Poke): binary frames over stdin/stdout
   lips         the upper and lower lip the solver finds by itself, as LIPS.npz (to edit and pass to
@@ -194,6 +196,29 @@ def _shell_fit(args, report):
             run_shell_fit, {"rig": "RIG", "output": "-o/--output"}, report)
 
 
+_CORRECTIVES_LABELS = {"model": "MODEL", "fit": "FIT", "rig": "RIG", "output": "-o/--output", "keys": "--keys",
+                       "processes": "--jobs", "threshold_mm": "--threshold-mm", "collisions": "--collisions",
+                       "sample_timeout_s": "--sample-timeout"}
+
+
+def _correctives(args, report):
+    from .requests.correctives import CorrectivesRequest, run_correctives
+    given = {name: getattr(args, name) for name in ("threshold_mm", "collisions", "sample_timeout_s")
+             if getattr(args, name) is not None}
+    _submit(lambda: CorrectivesRequest(model=args.model, fit=args.fit, rig=args.rig, output=args.output,
+                                       keys=tuple(args.keys or ()), processes=args.jobs, **given),
+            run_correctives, _CORRECTIVES_LABELS, report)
+
+
+def _play_correctives(args, report):
+    from .requests.play_correctives import PlayCorrectivesRequest, run_play_correctives
+    given = {"cache_start_frame": args.start_frame} if args.start_frame is not None else {}
+    _submit(lambda: PlayCorrectivesRequest(rig=args.rig, correctives=args.correctives, weights=args.weights,
+                                           output=args.output, **given),
+            run_play_correctives, {"rig": "RIG", "correctives": "CORR", "weights": "WEIGHTS",
+                                   "output": "-o/--output", "cache_start_frame": "--start-frame"}, report)
+
+
 def _fit_pictures(args, report):
     from .inverse.fit_file import load_fit
     from .model_file import load_model
@@ -353,6 +378,30 @@ def _parser():
                                                   "stdout (solver/shell/live.py, docs/addon.md)")
     live.add_argument("shell", type=Path, metavar="SHELL.npz")
     live.set_defaults(run=_shell_live)
+    corr = commands.add_parser("correctives", help="quadratic corrective shape keys fitted to simulated samples "
+                                                   "(docs/correctives.md) → CORR.npz")
+    corr.add_argument("model", type=Path)
+    corr.add_argument("fit", type=Path)
+    corr.add_argument("rig", type=Path)
+    corr.add_argument("-o", "--output", type=Path, required=True)
+    corr.add_argument("--keys", type=_names, default=None, help="comma-separated shape keys (default: all fitted)")
+    corr.add_argument("--jobs", type=int, default=1, help="chains of samples simulated at once, one process each")
+    corr.add_argument("--threshold-mm", dest="threshold_mm", type=float, default=None,
+                      help="keep a pair when its simulation at (1, 1) departs from the sum of its singles by more "
+                           "(default 0.5)")
+    corr.add_argument("--collisions", type=_comma_list, default=None,
+                      help="contacts the samples are simulated with (default teeth,lips; '' for none)")
+    corr.add_argument("--sample-timeout", dest="sample_timeout_s", type=float, default=None, metavar="S",
+                      help="seconds one chain of samples may take before its process is stopped (default 1800)")
+    corr.set_defaults(run=_correctives)
+    play = commands.add_parser("play-correctives", help="shape-key weights through RIG.npz + CORR.npz, no physics "
+                                                        "→ RESULT.npz and .pc2")
+    play.add_argument("rig", type=Path)
+    play.add_argument("correctives", type=Path)
+    play.add_argument("weights", type=Path)
+    play.add_argument("-o", "--output", type=Path, required=True)
+    play.add_argument("--start-frame", type=float, default=None, help="the .pc2's first frame (default 1)")
+    play.set_defaults(run=_play_correctives)
     lips = commands.add_parser("lips", help="the lips the solver finds by itself, as a LIPS.npz to edit and pass "
                                             "back with animate --lip-vertices")
     lips.add_argument("model", type=Path, metavar="MODEL")

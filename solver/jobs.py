@@ -208,6 +208,21 @@ def _shell_fit_request(inputs: dict, outputs: dict, settings: dict):
     return ShellFitRequest(rig=inputs["rig"], output=outputs["shell"], **settings)
 
 
+def _correctives_request(inputs: dict, outputs: dict, settings: dict):
+    from .requests.correctives import CorrectivesRequest
+    settings = dict(settings)
+    if "jobs" in settings:
+        settings["processes"] = settings.pop("jobs")
+    return CorrectivesRequest(model=inputs["model"], fit=inputs["fit"], rig=inputs["rig"],
+                              output=outputs["correctives"], **settings)
+
+
+def _play_correctives_request(inputs: dict, outputs: dict, settings: dict):
+    from .requests.play_correctives import PlayCorrectivesRequest
+    return PlayCorrectivesRequest(rig=inputs["rig"], correctives=inputs["correctives"], weights=inputs["weights"],
+                                  output=outputs["result"], **settings)
+
+
 def _request_label(command: str):
     """How job.json spells a field of the command's request."""
     spec = _COMMANDS[command]
@@ -259,6 +274,15 @@ _COMMANDS: Dict[str, dict] = {
     "shell-fit": {"inputs": ("rig",), "optional_inputs": (), "outputs": ("shell",), "settings": ("triangles",),
                   "request": _shell_fit_request, "labels": {"output": "outputs.shell"},
                   "run": _runner("shell_fit", "run_shell_fit")},
+    "correctives": {"inputs": ("model", "fit", "rig"), "optional_inputs": (), "outputs": ("correctives",),
+                    "settings": ("keys", "jobs", "threshold_mm", "collisions", "sample_timeout_s"),
+                    "request": _correctives_request,
+                    "labels": {"output": "outputs.correctives", "processes": "settings.jobs"},
+                    "run": _runner("correctives", "run_correctives")},
+    "play-correctives": {"inputs": ("rig", "correctives", "weights"), "optional_inputs": (),
+                         "outputs": ("result",), "settings": ("cache_start_frame", "cache_metres_per_unit"),
+                         "request": _play_correctives_request, "labels": {"output": "outputs.result"},
+                         "run": _runner("play_correctives", "run_play_correctives")},
 }
 
 
