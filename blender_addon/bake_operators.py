@@ -57,7 +57,8 @@ class FACE_PHYSICS_OT_resume_take(_BakeJobOperator, bpy.types.Operator):
         item = settings.takes[settings.take_index] if 0 <= settings.take_index < len(settings.takes) else None
         return first_refusal(cls, ((item is not None, "Select a take in the Takes list"),
                                    (item is None or item.resumable,
-                                    "Only a cancelled or failed take with solved frames can be resumed")))
+                                    "Only a cancelled or failed take with solved frames can be resumed "
+                                    "(a shell take has no resume: bake it again, it is quick)")))
 
     def start(self, context):
         obj = skin_object(context)

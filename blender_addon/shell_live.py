@@ -25,6 +25,8 @@ from typing import Deque, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .solver_process import kill_process_tree
+
 FRAME, RESET, MESH = 1, 2, 3
 HELLO, POSITIONS, ERROR, OK = 128, 129, 130, 131
 TOOL_OFF, TOOL_PUSH, TOOL_PULL = 0, 1, 2
@@ -280,13 +282,4 @@ class LiveShell:
         return self.process.returncode
 
     def _kill(self) -> None:
-        if os.name == "nt":
-            subprocess.run(["taskkill", "/F", "/T", "/PID", str(self.process.pid)], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        else:
-            import signal
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        self.process.wait()
+        kill_process_tree(self.process)

@@ -27,6 +27,22 @@ STDERR_TAIL_LINES = 60
 CANCEL_GRACE_SECONDS = 3.0
 
 
+
+def kill_process_tree(process: subprocess.Popen) -> None:
+    """Kill a child started in its own process group (session) and everything it started, at
+    once, and reap it: taskkill /T on Windows, SIGKILL to the group elsewhere."""
+    if os.name == "nt":
+        subprocess.run(["taskkill", "/F", "/T", "/PID", str(process.pid)], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    else:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
 class SolverProcess:
     def __init__(self, command: Sequence[str], env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None):
         creation = {}
@@ -109,17 +125,7 @@ class SolverProcess:
 
     def kill(self) -> None:
         """Kill the child and every process it started, at once."""
-        if os.name == "nt":
-            subprocess.run(["taskkill", "/F", "/T", "/PID", str(self.process.pid)], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        else:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        kill_process_tree(self.process)
 
     def wait(self, timeout: Optional[float] = None) -> int:
         """Block until the child exits and its output is read (for background/farm runs)."""

@@ -455,7 +455,6 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
             history.append((s_vec, y_vec))
             del history[:-settings.lbfgs_history]
         step = float(np.abs(s_vec).max())
-        change = (loss - trial_loss) / max(abs(loss), 1e-300)
         theta, loss, gradient = trial_theta, trial_loss, trial_gradient
         iterations += 1
         log_rows.append((iterations, loss, problem.max_deviation()))
