@@ -8,8 +8,8 @@ With --shell it times those fitted shells. Without, it builds shells from the IC
 converted FaceKit skin, tests/ict_data.py, or --rig): the skin remeshed to each triangle count
 (solver/shell/remesh.py), the rig maps of solver/shell/transfer.py, **uniform** stiffness
 (1 N/m at unit face height, not fitted), max depth δ_thin everywhere, no prescribed eyelids, and
-a detail term of each key's fine delta minus its warped coarse delta clipped below 1e-4 face
-heights (the quasi-static stand-in for Eq. 13). Anchor: paper 001 Table 2, 0.37–1.27 ms per
+the detail of Eq. 13 (solver/shell/detail.py) taken against each key's
+warped coarse target, as there is no fitted equilibrium. Anchor: paper 001 Table 2, 0.37–1.27 ms per
 update in C++ on one thread; target ≤ 0.5 ms at 4k.
 
 The animation: 53 shape-key weights as slow sinusoids with random phases, clipped to [0, 1]

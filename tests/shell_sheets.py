@@ -59,9 +59,10 @@ def sheet_shell(cells: int = 24, stiffness: float = 0.05, face_height_m: float =
 def shell_from_rig(rig, triangles: int) -> ShellModel:
     """A ShellModel of the rig's skin remeshed to `triangles` (remesh.py) with the rig maps of
     transfer.py, UNIFORM stiffness 1 (N/m at unit face height; not fitted), max depth δ_thin
-    everywhere, no prescribed eyelids, and each key's detail taken as its fine delta minus its
-    warped coarse delta, clipped below 1e-4 face heights (a quasi-static stand-in for Eq. 13)."""
+    everywhere, no prescribed eyelids, and each key's detail computed by detail.py against its
+    warped coarse target instead of a fitted equilibrium (no fit here)."""
     from solver.rig import triangulate
+    from solver.shell.detail import detail_corrections
     from solver.shell.remesh import remesh_skin
     from solver.shell.scale import face_height
     from solver.shell.transfer import RigTransfer
@@ -73,9 +74,9 @@ def shell_from_rig(rig, triangles: int) -> ShellModel:
     coarse = remesh_skin(fine, fine_triangles, triangles)
     transfer = RigTransfer.build(fine, fine_triangles, coarse.vertices, coarse.triangles, deltas)
     coarse_deltas = transfer.coarse_deltas(deltas)                       # metres
-    warped = np.stack([transfer.fine_from_coarse @ delta for delta in coarse_deltas])
-    detail = (deltas - warped).reshape(len(deltas), -1)
-    detail[np.abs(detail) < settings.detail_clip * height] = 0.0
+    # Eq. 13 against the coarse targets themselves (no fit, so no equilibria).
+    detail = detail_corrections(deltas, transfer.fine_from_coarse, coarse_deltas / height, height,
+                                settings.detail_clip)
     n, count = len(coarse.vertices), len(fine)
     return ShellModel(face_height_m=height, coarse_rest=coarse.vertices / height,
                       coarse_triangles=np.asarray(coarse.triangles, dtype=np.int64),
@@ -83,6 +84,6 @@ def shell_from_rig(rig, triangles: int) -> ShellModel:
                       shape_names=tuple(str(name) for name in rig.shape_key_names),
                       coarse_deltas=coarse_deltas / height, strain_stiffness=np.ones(n),
                       bending_stiffness=np.ones(n), max_depth=np.full(n, settings.thin_depth),
-                      prescribed=np.zeros(n, dtype=bool), fine_rest_m=fine, detail=sp.csr_matrix(detail),
+                      prescribed=np.zeros(n, dtype=bool), fine_rest_m=fine, detail=detail,
                       fine_strain_stiffness=np.ones(count), fine_bending_stiffness=np.ones(count),
                       settings=settings)
