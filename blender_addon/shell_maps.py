@@ -127,7 +127,8 @@ def repainted_stiffness(group_weights: Dict[str, Optional[np.ndarray]], ranges: 
             continue
         values = stiffness_from_weights(weights, *ranges[group])
         maps[key] = values
-        if np.abs(values - fitted_values).max(initial=0.0) > UNCHANGED_TOLERANCE * np.abs(fitted_values).max(initial=0.0):
+        scale = np.abs(fitted_values).max(initial=0.0)
+        if np.abs(values - fitted_values).max(initial=0.0) > UNCHANGED_TOLERANCE * scale:
             changed = True
             said.append(f"the repainted {group}")
         else:

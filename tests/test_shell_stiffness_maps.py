@@ -154,8 +154,8 @@ def test_shell_animate_takes_the_stiffness_on_the_command_line_and_as_a_job(stif
     runs = {}
     for name, extra in (("plain", ()), ("uniform", ("--stiffness", folder / "uniform.npz")),
                         ("stiff", ("--stiffness", folder / "stiff.npz"))):
-        done = _solver("shell-animate", folder / "shell.npz", folder / "weights.npz", "-o", folder / f"result_{name}.npz",
-                       *extra)
+        done = _solver("shell-animate", folder / "shell.npz", folder / "weights.npz",
+                       "-o", folder / f"result_{name}.npz", *extra)
         assert done.returncode == 0, done.stdout + done.stderr
         runs[name] = _skin(folder / f"result_{name}.npz")
     assert np.abs(runs["uniform"] - runs["plain"]).max() < 1e-9
