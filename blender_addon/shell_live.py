@@ -39,8 +39,11 @@ class LiveShellError(RuntimeError):
     """The session refused a request, or the child is gone (the message says which and why)."""
 
 
-def shell_live_command(python, shell_path) -> List[str]:
-    return [str(python), "-m", "solver", "shell-live", str(shell_path)]
+def shell_live_command(python, shell_path, stiffness_path=None) -> List[str]:
+    """The child's command; with `stiffness_path` (STIFFNESS.npz from the repainted groups) it
+    simulates those maps instead of the fitted ones."""
+    command = [str(python), "-m", "solver", "shell-live", str(shell_path)]
+    return command + ["--stiffness", str(stiffness_path)] if stiffness_path is not None else command
 
 
 # --------------------------------------------------------------------------- requests
@@ -150,10 +153,10 @@ class LiveShell:
     """One `shell-live` child: started in its own process group (killed as one), its replies read
     on a daemon thread."""
 
-    def __init__(self, python, shell_path, env: Optional[Dict[str, str]] = None):
+    def __init__(self, python, shell_path, env: Optional[Dict[str, str]] = None, stiffness_path=None):
         creation = ({"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if os.name == "nt"
                     else {"start_new_session": True})
-        self.process = subprocess.Popen(shell_live_command(python, shell_path), stdin=subprocess.PIPE,
+        self.process = subprocess.Popen(shell_live_command(python, shell_path, stiffness_path), stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, bufsize=0,
                                         **creation)
         self._replies: "queue.Queue" = queue.Queue()

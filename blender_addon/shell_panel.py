@@ -1,6 +1,6 @@
 """The Interactive panel (the interactive shell, paper 001) and its settings on the object
-(`Object.face_physics_shell`): Fit Stiffness, Bake Shell and Poke (shell_operators.py,
-shell_poke.py)."""
+(`Object.face_physics_shell`): Fit Stiffness, Bake Shell, Stiffness Map from Shell and Poke
+(shell_operators.py, shell_poke.py). Bake and Poke use the FP_shell_* groups as painted now."""
 from __future__ import annotations
 
 import bpy
@@ -56,6 +56,7 @@ class VIEW3D_PT_face_physics_interactive(bpy.types.Panel):
                 if value_range[1] > 0.0:
                     layout.label(text=f"{group}: {value_range[0]:.3g} – {value_range[1]:.3g} N/m")
         layout.operator("face_physics.shell_bake", icon='RENDER_ANIMATION')
+        layout.operator("face_physics.shell_tissue_map", icon='MOD_VERTEX_WEIGHT')
         box = layout.box()
         row = box.row(align=True)
         row.prop(settings, "poke_radius")

@@ -22,9 +22,10 @@ import bpy
 import numpy as np
 from mathutils import Matrix, Vector
 
-from . import fat_preview, preferences, scene_export, shell_live
+from . import fat_preview, job_files, preferences, scene_export, shell_live
 from .child_objects import attach_child, find_child, remove_child
 from .shell_live import LiveShell, LiveShellError
+from .shell_operators import write_live_stiffness
 from .workflow import skin_object
 
 PREVIEW_TAG = "face_physics_shell_preview_of"
@@ -87,15 +88,21 @@ class PokeSession:
         python = python or preferences.solver_python()
         if python is None:
             raise ValueError("no solver Python: see the Face Physics preferences")
+        # The FP_shell_* groups as painted now (shell_operators.py); the file is read before HELLO.
+        stiffness_path, self.stiffness_said = write_live_stiffness(obj, shell_path)
         self.live = LiveShell(python, shell_path, env=env if env is not None else
-                              preferences.solver_child_environment())
+                              preferences.solver_child_environment(), stiffness_path=stiffness_path)
         self.centre: Optional[np.ndarray] = None          # object units; None while the mouse is off the face
         self.pulling = False
         self.frames = 0
         self.round_trips = []
         self.last_sent = None
         try:
-            self.hello = self.live.wait_hello()
+            try:
+                self.hello = self.live.wait_hello()
+            finally:
+                if stiffness_path is not None:
+                    job_files.remove_job_folder(stiffness_path.parent)
             if self.hello.fine_vertices != len(obj.data.vertices):
                 raise ValueError(f"the shell has {self.hello.fine_vertices} vertices but '{obj.name}' has "
                                  f"{len(obj.data.vertices)}; fit the stiffness again")
@@ -273,6 +280,7 @@ class FACE_PHYSICS_OT_poke(bpy.types.Operator):
         except (ValueError, OSError, LiveShellError) as error:
             self.report({'ERROR'}, f"Poke: {error}")
             return {'CANCELLED'}
+        self.report({'INFO'}, f"Poke: {_session.stiffness_said}")
         self._timer = context.window_manager.event_timer_add(1.0 / LIVE_FPS, window=context.window)
         context.window_manager.modal_handler_add(self)
         context.workspace.status_text_set("Poke: move over the face to push · Ctrl or left button held to pull · "

@@ -158,19 +158,19 @@ def _animate(args, report):
 
 
 _SHELL_ANIMATE_LABELS = {"shell": "SHELL", "weights": "WEIGHTS", "output": "-o/--output", "colliders": "--collider",
-                         "fps": "--fps", "cache_start_frame": "--start-frame"}
+                         "stiffness": "--stiffness", "fps": "--fps", "cache_start_frame": "--start-frame"}
 
 
 def _shell_live(args, report):
     from .shell.live import serve
-    raise SystemExit(serve(args.shell))      # 0 when stdin closed, 2 when the shell or the stream was unusable
+    raise SystemExit(serve(args.shell, stiffness_path=args.stiffness))      # 0 when stdin closed, 2 when the shell or the stream was unusable
 
 
 def _shell_animate(args, report):
     from .requests.shell_animate import ShellAnimateRequest, run_shell_animate
     given = {name: getattr(args, name) for name in ("fps", "cache_start_frame") if getattr(args, name) is not None}
     _submit(lambda: ShellAnimateRequest(shell=args.shell, weights=args.weights, output=args.output,
-                                        colliders=tuple(args.collider or ()), **given),
+                                        colliders=tuple(args.collider or ()), stiffness=args.stiffness, **given),
             run_shell_animate, _SHELL_ANIMATE_LABELS, report)
 
 
@@ -373,10 +373,14 @@ def _parser():
     shell.add_argument("--fps", type=float, default=None, help="frames per second (default: the weights file's)")
     shell.add_argument("--start-frame", dest="cache_start_frame", type=float, default=None,
                        help="the scene frame of the first frame, for the .pc2 (default 1)")
+    shell.add_argument("--stiffness", type=Path, default=None, metavar="STIFFNESS.npz",
+                       help="repainted strain/bending stiffness per rig vertex (default: the shell's fitted maps)")
     shell.set_defaults(run=_shell_animate)
     live = commands.add_parser("shell-live", help="the add-on's live shell session: binary frames over stdin and "
                                                   "stdout (solver/shell/live.py, docs/addon.md)")
     live.add_argument("shell", type=Path, metavar="SHELL.npz")
+    live.add_argument("--stiffness", type=Path, default=None, metavar="STIFFNESS.npz",
+                      help="repainted strain/bending stiffness per rig vertex (default: the shell's fitted maps)")
     live.set_defaults(run=_shell_live)
     corr = commands.add_parser("correctives", help="quadratic corrective shape keys fitted to simulated samples "
                                                    "(docs/correctives.md) → CORR.npz")

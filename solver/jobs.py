@@ -195,7 +195,8 @@ def _animate_request(inputs: dict, outputs: dict, settings: dict):
 def _shell_animate_request(inputs: dict, outputs: dict, settings: dict):
     from .requests.shell_animate import ShellAnimateRequest
     return ShellAnimateRequest(shell=inputs["shell"], weights=inputs["weights"], output=outputs["result"],
-                               colliders=tuple(inputs.get("colliders", ())), **settings)
+                               colliders=tuple(inputs.get("colliders", ())), stiffness=inputs.get("stiffness"),
+                               **settings)
 
 
 def _lips_request(inputs: dict, outputs: dict, settings: dict):
@@ -265,7 +266,7 @@ _COMMANDS: Dict[str, dict] = {
                              "cache_start_frame", "cache_metres_per_unit"),
                 "request": _animate_request, "labels": {"output": "outputs.result"},
                 "run": _runner("animate", "run_animate")},
-    "shell-animate": {"inputs": ("shell", "weights"), "optional_inputs": (), "list_inputs": ("colliders",),
+    "shell-animate": {"inputs": ("shell", "weights"), "optional_inputs": ("stiffness",), "list_inputs": ("colliders",),
                       "outputs": ("result",), "settings": ("fps", "cache_start_frame", "cache_metres_per_unit"),
                       "request": _shell_animate_request, "labels": {"output": "outputs.result"},
                       "run": _runner("shell_animate", "run_shell_animate")},

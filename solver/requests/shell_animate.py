@@ -18,6 +18,10 @@ inside a collider after the frame, metres), `contacts` (coarse vertices the coll
 the frame's last sub-step), and zeros for the volumetric model's `inverted_tets`,
 `filter_pinned`, `filter_guarded` (ones for `smallest_volume_ratio`).
 
+With `stiffness` (STIFFNESS.npz: `strain`, `bending` per rig vertex, the add-on's repainted
+groups) the shell's fitted stiffness is replaced before the simulator factorises its K
+(solver/shell/stiffness_maps.py).
+
 Colliders are animate's MESH.npz props (`vertices` m, `faces`, `transforms` (T, 4, 4) per
 frame) in the world; the shell runs in the head's frame, so each frame a prop is placed by the
 inverse head transform times its own. Props with one shape per frame are refused: the shell
@@ -48,6 +52,7 @@ class ShellAnimateRequest:
     weights: Path                           # WEIGHTS.npz
     output: Path                            # RESULT.npz; its .pc2 is written beside it
     colliders: tuple = ()                   # MESH.npz paths
+    stiffness: Optional[Path] = None        # STIFFNESS.npz (solver/shell/stiffness_maps.py); None: the fitted maps
     fps: Optional[float] = None             # None: the weights file's (24 when it has none)
     cache_start_frame: float = 1.0          # the .pc2 header's first frame
     cache_metres_per_unit: float = 1.0      # the .pc2 holds skin positions / this (the rig's own units)
@@ -62,13 +67,16 @@ class ShellAnimateRequest:
             raise RequestError("colliders", f"expected a list of collider files, found {self.colliders!r}",
                                "give a list, empty for none")
         put("colliders", tuple(check.input_file(path, "colliders", "MESH.npz") for path in self.colliders))
+        if self.stiffness is not None:
+            put("stiffness", check.input_file(self.stiffness, "stiffness", "STIFFNESS.npz"))
         if self.fps is not None:
             put("fps", check.number(self.fps, "fps", 1e-3, MAX_FPS, meaning="frames per second of the weights"))
         put("cache_start_frame", check.number(self.cache_start_frame, "cache_start_frame", -1e6, 1e6,
                                               meaning="the scene frame of the first simulated frame"))
         put("cache_metres_per_unit", check.number(self.cache_metres_per_unit, "cache_metres_per_unit", 1e-6, 1e3,
                                                   meaning="metres per unit of the .pc2 (0.01 for a rig in cm)"))
-        put("output", check.output_file(self.output, "output", ".npz", [self.shell, self.weights, *self.colliders],
+        put("output", check.output_file(self.output, "output", ".npz",
+                                        [self.shell, self.weights, self.stiffness, *self.colliders],
                                         companions=(".pc2",)))
 
 
@@ -78,6 +86,17 @@ def _load_shell(path: Path):
         return load_shell(path)
     except ShellFormatError as error:
         raise RequestError("shell", str(error).rstrip("."), "fit the shell again with shell-fit") from None
+
+
+def _with_stiffness(shell, path):
+    """The shell with the repainted stiffness of STIFFNESS.npz, when one is given."""
+    from ..shell.stiffness_maps import StiffnessMapError, load_with_stiffness
+    try:
+        return load_with_stiffness(shell, path)
+    except StiffnessMapError as error:
+        raise RequestError("stiffness", str(error).rstrip("."),
+                           "give the STIFFNESS.npz exported for this shell's rig, or leave it out for the fitted "
+                           "maps") from None
 
 
 def _load_weights(path: Path, shell):
@@ -125,7 +144,7 @@ def run_shell_animate(request: ShellAnimateRequest, report) -> dict:
     from ..physics.animate import AnimationResult
     from ..shell.colliders import signed_distance_m
     from ..shell.forward import ShellSimulator
-    shell = _load_shell(request.shell)
+    shell = _with_stiffness(_load_shell(request.shell), request.stiffness)
     weights, file_fps, heads = _load_weights(request.weights, shell)
     fps = request.fps if request.fps is not None else file_fps
     colliders = _load_colliders(request.colliders, shell.face_height_m)

@@ -1,4 +1,5 @@
-"""The live shell session: `python -m solver shell-live SHELL.npz`, the Poke tool's engine.
+"""The live shell session: `python -m solver shell-live SHELL.npz [--stiffness STIFFNESS.npz]`, the
+Poke tool's engine.
 
 The add-on cannot import the solver (numba, scipy), so the interactive shell runs in this child
 process and the two talk over its stdin and stdout in length-prefixed little-endian binary
@@ -222,15 +223,21 @@ def _read_exactly(stream, size: int):
     return b"".join(chunks)
 
 
-def serve(shell_path, stdin=None, stdout=None) -> int:
-    """Run the session until stdin closes; the exit status (0 ended, 2 unusable input)."""
+def serve(shell_path, stdin=None, stdout=None, stiffness_path=None) -> int:
+    """Run the session until stdin closes; the exit status (0 ended, 2 unusable input). With
+    `stiffness_path` (STIFFNESS.npz, stiffness_maps.py) the repainted maps replace the fitted ones."""
     stdin = sys.stdin.buffer if stdin is None else stdin
     stdout = sys.stdout.buffer if stdout is None else stdout
     sys.stdout = sys.stderr          # a stray print must not corrupt the binary stream
     try:
         from .forward import ShellSimulator
         from .shell_file import load_shell
-        sim = ShellSimulator(load_shell(Path(shell_path)))
+        from .stiffness_maps import StiffnessMapError, load_with_stiffness
+        sim = ShellSimulator(load_with_stiffness(load_shell(Path(shell_path)), stiffness_path))
+    except StiffnessMapError as error:
+        stdout.write(error_message(f"cannot use the stiffness {stiffness_path}: {error}"))
+        stdout.flush()
+        return 2
     except (OSError, ValueError) as error:
         stdout.write(error_message(f"cannot open the shell {shell_path}: {error}"))
         stdout.flush()
