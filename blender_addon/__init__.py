@@ -66,12 +66,12 @@ def register():
     import atexit
 
     import bpy
-    from . import (bake_operators, lip_groups, muscle_controls, operators, panels, preferences, preset_operators,
-                   preview_operators, properties, shell_operators, shell_panel, shell_poke)
+    from . import (bake_operators, corrective_operators, lip_groups, muscle_controls, operators, panels, preferences,
+                   preset_operators, preview_operators, properties, shell_operators, shell_panel, shell_poke)
     properties.register()
     for cls in (preferences.CLASSES + operators.CLASSES + bake_operators.CLASSES + preview_operators.CLASSES
                 + preset_operators.CLASSES + lip_groups.CLASSES + muscle_controls.CLASSES + panels.CLASSES
-                + shell_panel.CLASSES + shell_operators.CLASSES + shell_poke.CLASSES):
+                + shell_panel.CLASSES + shell_operators.CLASSES + shell_poke.CLASSES + corrective_operators.CLASSES):
         bpy.utils.register_class(cls)
         _registered.append(cls)
         if cls is shell_panel.FACE_PHYSICS_PG_shell:

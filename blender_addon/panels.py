@@ -174,6 +174,18 @@ class VIEW3D_PT_face_physics_fit(_FacePhysicsPanel, bpy.types.Panel):
                 row.label(text=f"Worst: {worst.name}, mean {worst.error_mean_mm:.2f} mm")
         elif settings.model_path:
             layout.label(text="No fit: bakes follow the muscle sliders", icon='INFO')
+        _draw_corrective_keys(layout, obj)
+
+
+def _draw_corrective_keys(layout, obj) -> None:
+    """Corrective shape keys from a CORR.npz (corrective_operators.py, docs/correctives.md)."""
+    from .corrective_keys import our_key_names
+    box = layout.box()
+    count = len(our_key_names(obj))
+    box.label(text=f"Corrective keys: {count}" if count else "Corrective keys: none", icon='SHAPEKEY_DATA')
+    row = box.row(align=True)
+    row.operator("face_physics.add_corrective_keys", text="Add…", icon='IMPORT')
+    row.operator("face_physics.remove_corrective_keys", text="Remove", icon='X')
 
 
 class VIEW3D_PT_face_physics_muscles(_FacePhysicsPanel, bpy.types.Panel):
