@@ -42,34 +42,46 @@ def polar_rotation(F: np.ndarray) -> np.ndarray:
     return U @ V.transpose(0, 2, 1)
 
 
-def unit_volume_singular_values(sigma: np.ndarray, iterations: int = 60):
+def unit_volume_singular_values(sigma: np.ndarray, iterations: int = 120):
     """s (M,3) closest to σ with s₁s₂s₃ = 1 (on the positive sheet), and the multiplier ν.
 
-    Stationarity s_i − σ_i + ν/s_i = 0 gives s_i(ν) = (σ_i + √(σ_i² − 4ν))/2; Σ log s_i(ν) falls
-    monotonically in ν, so a safeguarded Newton/bisection on the scalar ν finds the root.
+    Stationarity s_i − σ_i + ν/s_i = 0 gives s_i = (σ_i ± √(σ_i² − 4ν))/2. Outside the convex set
+    Π s ≥ 1 (Π σ < 1, inverted tets included) the root has ν < 0 and every s_i takes the + root;
+    inside, ν > 0 grows to σ_min²/4 and then, if the product is still above 1, comes back with the
+    smallest singular value on the − root. One parameter t walks that whole path (ν = t, then
+    ν = 2ν_max − t past the fold) while Σ log s_i falls from +∞ to −∞; bisection on t finds it.
     """
     count = len(sigma)
-    upper = np.where(np.all(sigma > 0.0, axis=1), 0.25 * np.min(sigma, axis=1) ** 2, 0.0)
+    positive = np.all(sigma > 0.0, axis=1)
+    fold = np.where(positive, 0.25 * np.min(sigma, axis=1) ** 2, 0.0)
+    smallest = np.argmin(sigma, axis=1)
+    minus_sign = np.zeros((count, 3))
+    minus_sign[np.arange(count), smallest] = 1.0
+
+    def at(t):
+        past = t > fold
+        nu = np.where(past, 2.0 * fold - t, t)
+        root = np.sqrt(np.maximum(sigma ** 2 - 4.0 * nu[:, None], 0.0))
+        sign = np.where(past[:, None] & (minus_sign > 0.0), -1.0, 1.0)
+        return 0.5 * (sigma + sign * root), nu
+
     lower = -np.ones(count)
     for _ in range(200):          # widen the bracket until the product is above 1
-        s_lower = 0.5 * (sigma + np.sqrt(sigma ** 2 - 4.0 * lower[:, None]))
-        short = np.sum(np.log(s_lower), axis=1) < 0.0
+        short = np.sum(np.log(at(lower)[0]), axis=1) < 0.0
         if not short.any():
             break
         lower[short] *= 4.0
-    nu = np.where(np.prod(sigma, axis=1) < 1.0, 0.5 * lower, 0.5 * upper)
+    upper = 2.0 * fold
     for _ in range(iterations):
-        root = np.sqrt(np.maximum(sigma ** 2 - 4.0 * nu[:, None], 1e-300))
-        s = 0.5 * (sigma + root)
-        value = np.sum(np.log(s), axis=1)
-        lower = np.where(value > 0.0, nu, lower)
-        upper = np.where(value < 0.0, nu, upper)
-        slope = np.sum(-1.0 / (root * s), axis=1)             # d/dν Σ log s_i
-        step = nu - value / slope
-        inside = (step > lower) & (step < upper)
-        nu = np.where(inside, step, 0.5 * (lower + upper))
-    s = 0.5 * (sigma + np.sqrt(np.maximum(sigma ** 2 - 4.0 * nu[:, None], 0.0)))
-    return s, nu
+        middle = 0.5 * (lower + upper)
+        s, _ = at(middle)
+        with np.errstate(divide="ignore"):
+            above = np.sum(np.log(np.maximum(s, 0.0)), axis=1) > 0.0
+        lower = np.where(above, middle, lower)
+        upper = np.where(above, upper, middle)
+    s, nu = at(0.5 * (lower + upper))
+    # Polish: s ← s / (Π s)^(1/3) is a negligible move at this accuracy that makes Π s = 1 exact.
+    return s / np.cbrt(np.prod(s, axis=1))[:, None], nu
 
 
 def _arap_sigma_derivatives(sigma):

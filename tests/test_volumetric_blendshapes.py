@@ -1,0 +1,121 @@
+"""Volumetric blendshapes (solver/volumetric_blendshapes/): blending, Projective Dynamics against
+Newton on the same energy, and shape keys reproduced. The energies' derivatives are checked by
+tests/test_energy_derivatives.py through tests/energy_registry.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solver.physics.cholesky import SparseCholesky
+from solver.volumetric_blendshapes.element_kernels import polar_rotation, rotation_variant_svd, unit_volume_singular_values
+from solver.volumetric_blendshapes.energies import TetMesh, VolumetricBlendshapeEnergy
+from solver.volumetric_blendshapes.projective_dynamics import ProjectiveDynamics, model_fixed_nodes, newton_solve
+from solver.volumetric_blendshapes.targets import (VolumetricBlendshapes, quaternion_to_rotation,
+                                                  rotation_to_quaternion, transfer_shape_targets)
+from tests.block_models import bcc_block, block_model
+from tests.energy_registry import random_rotations
+
+
+def small_block():
+    """A 4 × 3 × 3 cm BCC block (spacing 1 cm) pinned on its y = 0 face, as a skull under flesh."""
+    nodes, tets = bcc_block((0.04, 0.03, 0.03), 0.01)
+    base = np.flatnonzero(nodes[:, 1] < 1e-9)
+    return block_model(nodes, tets, pin_nodes=base)
+
+
+def smooth_shape(skin, amplitude, phase):
+    """A smooth skin displacement (V,3) growing with height y, like an expression on a face."""
+    height = skin[:, 1] / 0.03
+    return amplitude * height[:, None] * np.stack([np.sin(40 * skin[:, 2] + phase), 0.5 * np.cos(30 * skin[:, 0] + phase),
+                                                   0.3 * np.sin(50 * skin[:, 0] + phase)], axis=1)
+
+
+def test_quaternions_round_trip_and_blending_reproduces_each_shape():
+    rng = np.random.default_rng(1)
+    rotations = random_rotations(rng, 200)
+    assert np.abs(quaternion_to_rotation(rotation_to_quaternion(rotations)) - rotations).max() < 1e-12
+    targets = np.eye(3) + 0.3 * rng.standard_normal((3, 50, 3, 3))
+    targets[np.linalg.det(targets) < 0] *= -1.0          # keep the examples uninverted, as transferred shapes are
+    shapes = VolumetricBlendshapes.from_targets(["a", "b", "c"], targets)
+    assert np.abs(shapes.blend([0, 0, 0]) - np.eye(3)).max() < 1e-12
+    for k in range(3):
+        assert np.abs(shapes.blend(np.eye(3)[k]) - targets[k]).max() < 1e-10
+    # The blend of two shapes keeps rotations rotations: the rotation part of F* is orthonormal.
+    halfway = shapes.blend([0.5, 0.5, 0.0])
+    rotation = polar_rotation(halfway)
+    assert np.abs(rotation @ rotation.transpose(0, 2, 1) - np.eye(3)).max() < 1e-12
+
+
+def test_unit_volume_projection_is_the_closest_unit_determinant():
+    rng = np.random.default_rng(2)
+    F = np.eye(3) + 0.4 * rng.standard_normal((300, 3, 3))
+    _, sigma, _ = rotation_variant_svd(F)
+    s, _ = unit_volume_singular_values(sigma)
+    assert np.abs(np.prod(s, axis=1) - 1.0).max() < 1e-12
+    # No point of the unit-determinant set near s is closer to σ (random feasible perturbations).
+    for _ in range(20):
+        trial = s * np.exp(0.05 * rng.standard_normal(s.shape))
+        trial /= np.cbrt(np.prod(trial, axis=1))[:, None]
+        assert np.all(np.sum((trial - sigma) ** 2, axis=1) >= np.sum((s - sigma) ** 2, axis=1) - 1e-14)
+
+
+def test_projective_dynamics_reaches_newtons_equilibrium():
+    model = small_block()
+    mesh = TetMesh(model["rest_positions"], model["tets"])
+    rng = np.random.default_rng(3)
+    # Targets from a smooth bend plus per-tet noise, so that no x meets them all: a real compromise.
+    centres = mesh.rest_positions[mesh.tets].mean(axis=1)
+    angle = 8.0 * centres[:, 1]
+    bend = np.zeros((len(mesh.tets), 3, 3))
+    bend[:, 0, 0] = bend[:, 1, 1] = np.cos(angle)
+    bend[:, 0, 1], bend[:, 1, 0] = -np.sin(angle), np.sin(angle)
+    bend[:, 2, 2] = 1.0
+    targets = bend @ (np.eye(3) + 0.1 * rng.standard_normal((len(mesh.tets), 3, 3)))
+    energy = VolumetricBlendshapeEnergy(mesh, targets, target_weight=1.0, mu=0.3, lam=0.5)
+    fixed = model_fixed_nodes(model)
+    pd = ProjectiveDynamics(mesh, energy.terms, fixed)
+    x_pd, pd_report = pd.solve(mesh.rest_positions, iterations=5000, tolerance_m=1e-11)
+    x_newton, newton_report = newton_solve(energy.terms, mesh.rest_positions, fixed)
+    assert pd_report.converged and newton_report.converged
+    assert np.abs(x_pd[fixed] - mesh.rest_positions[fixed]).max() == 0.0
+    assert np.abs(x_pd - x_newton).max() < 1e-5
+    gradient = energy.gradient(x_pd).reshape(-1, 3)
+    gradient[fixed] = 0.0
+    assert np.abs(x_pd - mesh.rest_positions).max() > 1e-3        # it moved: the test is not trivial
+    assert np.linalg.norm(gradient) < 1e-6 * np.linalg.norm(energy.gradient(mesh.rest_positions))
+
+
+def test_global_matrix_is_factorised_once_and_reused():
+    model = small_block()
+    mesh = TetMesh(model["rest_positions"], model["tets"])
+    energy = VolumetricBlendshapeEnergy(mesh, np.broadcast_to(np.eye(3), (len(mesh.tets), 3, 3)))
+    pd = ProjectiveDynamics(mesh, energy.terms, model_fixed_nodes(model))
+    factor = pd.cholesky.current
+    x, report = pd.solve(mesh.rest_positions)
+    assert report.converged and report.iterations == 1            # identity targets: the rest is the solution
+    assert np.abs(x - mesh.rest_positions).max() < 1e-12
+    assert pd.cholesky.current is factor and isinstance(pd.cholesky, SparseCholesky)
+
+
+def test_volumetric_blendshapes_reproduce_the_shape_keys():
+    model = small_block()
+    skin = np.asarray(model["skin_vertices"])
+    deltas = np.stack([smooth_shape(skin, 0.003, 0.0), smooth_shape(skin, 0.002, 1.3)])
+    targets, transferred = transfer_shape_targets(model, deltas)
+    shapes = VolumetricBlendshapes.from_targets(["one", "two"], targets)
+    mesh = TetMesh(model["rest_positions"], model["tets"])
+    fixed = model_fixed_nodes(model)
+    energy = VolumetricBlendshapeEnergy(mesh, shapes.blend([1.0, 0.0]), target_weight=1.0, mu=1e-3, lam=1e-3)
+    pd = ProjectiveDynamics(mesh, energy.terms, fixed)
+    embedding_tets = np.asarray(model["tets"])[model["skin_embedding_tet"]]
+    weights = np.asarray(model["skin_embedding_weights"])
+    for k in range(2):
+        energy.set_targets(shapes.blend(np.eye(2)[k]))
+        pd.terms = energy.terms
+        x, report = pd.solve(mesh.rest_positions, iterations=2000, tolerance_m=1e-10)
+        assert report.converged
+        played = np.einsum("vk,vkd->vd", weights, x[embedding_tets])
+        # The targets are the transferred tets' own F, so the solve returns the transferred mesh,
+        # whose skin reached the key up to the transfer's elastic compromise.
+        assert np.abs(x - transferred[k]).max() < 1e-5
+        assert np.abs(played - (skin + deltas[k])).max() < 0.01 * np.abs(deltas[k]).max()
