@@ -99,9 +99,11 @@ class VolumetricBlendshapes:
 
 
 def transfer_shape_targets(model: dict, skin_deltas: np.ndarray, attachment=TRANSFER_ATTACHMENT,
-                           mu=TRANSFER_MU, lam=TRANSFER_LAMBDA, iterations: int = 300, tolerance_m: float = 1e-8):
+                           mu=TRANSFER_MU, lam=TRANSFER_LAMBDA, iterations: int = 300, tolerance_m: float = 1e-8,
+                           start_positions=None):
     """F_m (K,M,3,3) of every shape key (skin deltas (K,V,3) m on the model's skin vertices),
-    and the transferred node positions (K,N,3). One PD factorisation serves every key."""
+    and the transferred node positions (K,N,3). One PD factorisation serves every key.
+    start_positions: per key (N,3) whose bone nodes hold the key's bone pose (default: rest)."""
     mesh = TetMesh(model["rest_positions"], model["tets"])
     skin_rest = np.asarray(model["skin_vertices"], dtype=np.float64)
     deltas = np.asarray(skin_deltas, dtype=np.float64)
@@ -116,6 +118,7 @@ def transfer_shape_targets(model: dict, skin_deltas: np.ndarray, attachment=TRAN
     positions = np.empty((len(deltas), mesh.node_count, 3))
     for k, delta in enumerate(deltas):
         link.positions = skin_rest + delta
-        positions[k], _ = solver.solve(mesh.rest_positions, iterations, tolerance_m)
+        start = mesh.rest_positions if start_positions is None else start_positions[k]
+        positions[k], _ = solver.solve(start, iterations, tolerance_m)
         targets[k] = mesh.deformation_gradients(positions[k])
     return targets, positions
