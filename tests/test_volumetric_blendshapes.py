@@ -183,3 +183,28 @@ def test_actuation_is_checked_once_by_the_request(tmp_path):
     with pytest.raises(RequestError, match="actuation"):
         AnimateRequest(model=tmp_path / "model.npz", output=tmp_path / "r.npz", activations=tmp_path / "activations.npz",
                        actuation="volumetric-blendshapes")
+
+
+def test_constraints_through_the_schur_complement_hold_and_are_optimal():
+    """Top-face nodes pressed 3 mm down by equality rows (as active contacts are): PD keeps them
+    exactly there, and at its equilibrium the free gradient lies in the constraints' row space
+    (the KKT conditions of Eq. 10)."""
+    model = small_block()
+    mesh = TetMesh(model["rest_positions"], model["tets"])
+    energy = VolumetricBlendshapeEnergy(mesh, np.broadcast_to(np.eye(3), (len(mesh.tets), 3, 3)), 1.0, 0.3, 0.5)
+    fixed = model_fixed_nodes(model)
+    pd = ProjectiveDynamics(mesh, energy.terms, fixed)
+    top = np.flatnonzero((mesh.rest_positions[:, 1] > 0.03 - 1e-9) & (np.abs(mesh.rest_positions[:, 0] - 0.02) < 0.011))
+    slot = {node: index for index, node in enumerate(pd.free)}
+    rows = np.zeros((len(top), 3 * len(pd.free)))
+    for row, node in enumerate(top):
+        rows[row, 3 * slot[node] + 1] = 1.0                       # the y coordinate of the node
+    values = mesh.rest_positions[top, 1] - 0.003
+    x, report = pd.solve(mesh.rest_positions, iterations=3000, tolerance_m=1e-11, constraints=lambda x: (rows, values))
+    assert report.converged
+    assert np.abs(x[top, 1] - values).max() < 1e-12
+    gradient = energy.gradient(x).reshape(-1, 3)[pd.free].reshape(-1)
+    multipliers, *_ = np.linalg.lstsq(rows.T, -gradient, rcond=None)
+    assert np.linalg.norm(gradient + rows.T @ multipliers) < 1e-6 * np.linalg.norm(gradient)
+    assert np.linalg.norm(gradient) > 0.0
+    assert (multipliers > 0.0).all()          # every pressed node pushes back up: the rows are all active

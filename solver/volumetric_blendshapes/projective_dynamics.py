@@ -17,7 +17,6 @@ from typing import Optional
 
 import numpy as np
 import scipy.sparse
-import scipy.sparse.linalg
 
 from ..physics.cholesky import SparseCholesky
 from .energies import TetMesh, TetProjectiveTerm
@@ -105,15 +104,40 @@ class ProjectiveDynamics:
             rhs += 2.0 * self.attachment.stiffness * (self.attachment.matrix.T @ self.attachment.positions)
         return rhs
 
-    def solve(self, x0, iterations: int = 500, tolerance_m: float = 1e-9) -> tuple[np.ndarray, SolveReport]:
-        """Iterate from x0 (N,3) (whose fixed nodes stay) until no node moves by tolerance_m."""
+    def _constrained_solve(self, rhs: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """The global step with linear constraints C y = d on the free nodes' coordinates y (node-major),
+        by the Schur complement of the KKT system (paper 002 Eq. 10): C A⁻¹ Cᵀ λ = C A⁻¹ b − d,
+        then y = A⁻¹ (b − Cᵀ λ). A⁻¹ is the one factorisation; C has few rows, S is small and dense."""
+        unconstrained = self.cholesky.solve(rhs)
+        if len(rows) == 0:
+            return unconstrained
+        count = len(rows)
+        # A is the same scalar matrix for x, y and z: A⁻¹ Cᵀ is one solve with 3k right-hand sides.
+        columns = rows.reshape(count, -1, 3).transpose(1, 2, 0).reshape(len(rhs), 3 * count)
+        solved = self.cholesky.solve(columns).reshape(len(rhs), 3, count)          # A⁻¹ Cᵀ per axis
+        schur = rows @ solved.transpose(2, 0, 1).reshape(count, -1).T              # C A⁻¹ Cᵀ (k,k)
+        multipliers = np.linalg.solve(schur, rows @ unconstrained.reshape(-1) - values)
+        return unconstrained - np.einsum("nak,k->na", solved, multipliers)
+
+    def solve(self, x0, iterations: int = 500, tolerance_m: float = 1e-9,
+              constraints=None) -> tuple[np.ndarray, SolveReport]:
+        """Iterate from x0 (N,3) (whose fixed nodes stay) until no node moves by tolerance_m.
+
+        constraints: optional callable x (N,3) → (C (k, 3·free), d (k,)), linear equality rows on
+        the free nodes' coordinates (node-major, in `self.free` order), re-evaluated every iteration
+        as collision detection is (paper 002 §3.5: the active contacts of the current x)."""
         started = time.perf_counter()
         x = np.array(x0, dtype=np.float64).reshape(-1, 3)
         fixed_positions = x[self.fixed]
         step = np.inf
         for iteration in range(1, iterations + 1):
             rhs = self._right_hand_side(x)[self.free] - self._coupling @ fixed_positions
-            moved = self.cholesky.solve(rhs)
+            if constraints is None:
+                moved = self.cholesky.solve(rhs)
+            else:
+                rows, values = constraints(x)
+                moved = self._constrained_solve(rhs, np.asarray(rows, dtype=np.float64).reshape(len(values), -1),
+                                                np.asarray(values, dtype=np.float64))
             step = float(np.abs(moved - x[self.free]).max(initial=0.0))
             x[self.free] = moved
             if step < tolerance_m:
@@ -137,8 +161,10 @@ def newton_solve(terms: list, x0, fixed_nodes, iterations: int = 100, tolerance_
     for iteration in range(1, iterations + 1):
         gradient = sum(term.gradient(x) for term in terms)[free]
         hessian = sum(term.hessian(x, project=True) for term in terms).tocsr()[free][:, free]
-        hessian = hessian + 1e-12 * abs(hessian.diagonal()).max() * scipy.sparse.identity(len(free))
-        direction = -scipy.sparse.linalg.spsolve(hessian.tocsc(), gradient)
+        hessian = (hessian + 1e-12 * abs(hessian.diagonal()).max() * scipy.sparse.identity(len(free))).tocsc()
+        factor = SparseCholesky(hessian)
+        factor.factorise(hessian)
+        direction = -factor.solve(gradient)
         alpha = 1.0
         while alpha > 1e-10:
             trial = x.copy()
