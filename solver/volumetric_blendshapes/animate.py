@@ -60,12 +60,16 @@ def posed_bones(model, jaw_parameters) -> np.ndarray:
 class VolumetricBlendshapePlayer:
     """Targets transferred once, the PD matrix factorised once; `frame(weights, jaw)` → nodes (N,3)."""
 
-    def __init__(self, model, names, skin_deltas, shape_jaw, mu=DEFAULT_MU, lam=DEFAULT_LAMBDA):
+    def __init__(self, model, names, skin_deltas, shape_jaw, mu=DEFAULT_MU, lam=DEFAULT_LAMBDA,
+                 transfer_iterations: int = 300, transfer_tolerance_m: float = 1e-8):
         self.model = model
         self.mesh = TetMesh(model["rest_positions"], model["tets"])
         self.shape_jaw = np.asarray(shape_jaw, dtype=np.float64)
         starts = [posed_bones(model, jaw) for jaw in self.shape_jaw]
-        targets, transferred = transfer_shape_targets(model, skin_deltas, start_positions=starts)
+        started = time.perf_counter()
+        targets, transferred = transfer_shape_targets(model, skin_deltas, iterations=transfer_iterations,
+                                                      tolerance_m=transfer_tolerance_m, start_positions=starts)
+        self.transfer_seconds = time.perf_counter() - started
         self.shapes = VolumetricBlendshapes.from_targets(names, targets)
         skin = barycentric_matrix(model)
         rest_skin = np.asarray(model["skin_vertices"], dtype=np.float64)
