@@ -208,3 +208,25 @@ def test_constraints_through_the_schur_complement_hold_and_are_optimal():
     assert np.linalg.norm(gradient + rows.T @ multipliers) < 1e-6 * np.linalg.norm(gradient)
     assert np.linalg.norm(gradient) > 0.0
     assert (multipliers > 0.0).all()          # every pressed node pushes back up: the rows are all active
+
+
+def test_a_fit_without_shape_key_deltas_is_refused_clearly(tmp_path):
+    import subprocess
+    import sys
+
+    from solver.inverse.fit_file import save_fit
+    from solver.model_file import save_model
+    from solver.npz_files import write_npz_atomically
+    model = small_block()
+    fit = block_fit(model, np.zeros((1, len(model["skin_vertices"]), 3)), ["one"])
+    del fit["shape_key_deltas"]
+    save_model(tmp_path / "model.npz", model)
+    save_fit(tmp_path / "fit.npz", fit)
+    write_npz_atomically(tmp_path / "weights.npz", {"names": np.array(["one"]), "weights": np.ones((1, 1))})
+    completed = subprocess.run([sys.executable, "-m", "solver", "animate", str(tmp_path / "model.npz"),
+                                str(tmp_path / "fit.npz"), str(tmp_path / "weights.npz"), "-o",
+                                str(tmp_path / "result.npz"), "--actuation", "volumetric-blendshapes"],
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode != 0
+    assert "shape_key_deltas" in completed.stderr + completed.stdout and "fit the shapes again" in completed.stderr + completed.stdout
+    assert not (tmp_path / "result.npz").exists() and not (tmp_path / ".result.partial").exists()

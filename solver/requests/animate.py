@@ -355,6 +355,9 @@ def _run_volumetric_blendshapes(request: AnimateRequest, report) -> dict:
     model = load_model(request.model)
     fit = load_fit(request.fit, model)
     weights, _, fps, head_transforms = load_weights(request.weights, fit)
+    if "shape_key_deltas" not in fit:          # before any folder is made
+        raise RequestError("fit", "has no shape_key_deltas (fits made before they were stored), which volumetric "
+                                  "blendshapes are made from", "fit the shapes again with this solver")
     frames = len(weights)
     report.progress(f"model loaded; volumetric blendshapes: transferring {len(fit['shape_key_names'])} shapes, "
                     f"then {frames} frames", fraction=0.0, frame=0, frames=frames)
