@@ -153,7 +153,8 @@ def _animate(args, report):
         maps=args.maps, colliders=tuple(args.collider or ()), lip_vertices=args.lip_vertices,
         dynamic=args.dynamic, gravity=args.gravity,
         detail=False if args.no_detail else None, skin_filter=not args.no_skin_filter,
-        collisions=tuple(args.collisions or ()), contact_solver=args.contact_solver, resume=args.resume, **given),
+        collisions=tuple(args.collisions or ()), contact_solver=args.contact_solver, resume=args.resume,
+        actuation=args.actuation, **given),
         run_animate, {**_ANIMATE_LABELS, "activations": "--muscles"} if shape_keys else _ANIMATE_LABELS, report)
 
 
@@ -362,6 +363,9 @@ def _parser():
     run.add_argument("--resume", action="store_true",
                      help="continue the bake of the same output that was cancelled or crashed, from its last "
                           "finished frame (same inputs and settings; docs/addon.md, Takes, streaming and resume)")
+    run.add_argument("--actuation", default="phace",
+                     help="phace (muscles and bones, the default) or volumetric-blendshapes (per-tet targets from "
+                          "the fit's shape keys, Projective Dynamics; docs/volumetric_blendshapes.md)")
     run.set_defaults(run=_animate)
     shell = commands.add_parser("shell-animate", help="interactive shell: SHELL.npz + WEIGHTS.npz → RESULT.npz "
                                                       "and .pc2")

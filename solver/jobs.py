@@ -263,7 +263,7 @@ _COMMANDS: Dict[str, dict] = {
                 "settings": ("dynamic", "substeps", "gravity", "wind", "fat_scale", "diffusion_steps",
                              "diffusion_time_step_m2", "diffusion_spread_m", "fat_softening", "detail", "skin_filter", "collisions",
                              "contact_solver", "teeth_padding_m", "resume",
-                             "cache_start_frame", "cache_metres_per_unit"),
+                             "cache_start_frame", "cache_metres_per_unit", "actuation"),
                 "request": _animate_request, "labels": {"output": "outputs.result"},
                 "run": _runner("animate", "run_animate")},
     "shell-animate": {"inputs": ("shell", "weights"), "optional_inputs": ("stiffness",), "list_inputs": ("colliders",),

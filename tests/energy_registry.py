@@ -22,6 +22,7 @@ from solver.physics.skin_embedding import SkinEmbedding
 from solver.physics.corotated import STIFFNESS_UNIT_PA, CorotatedElasticity, TetMaterial
 from solver.physics.simple_energies import STANDARD_GRAVITY, GravityEnergy, InertiaEnergy
 from solver.physics.volume_floor import VolumeFloor
+from solver.volumetric_blendshapes.energies import TetMesh, TetProjectiveTerm
 
 
 class EnergyTerm(Protocol):
@@ -156,6 +157,20 @@ def _volume_floor(rest_positions, tets, rng) -> RegisteredEnergy:
                             rigid_motion_invariant=True, rest_is_equilibrium=False)
 
 
+def _volumetric_blendshape_term(kind: str, invariant: bool):
+    """One term of the volumetric-blendshape energy (solver/volumetric_blendshapes/energies.py)
+    with random per-tet weights. The target term pulls each F toward a random F*, so it is not
+    rigid-motion invariant (the targets fix the orientation) and the rest is no equilibrium;
+    ARAP and volume are internal energies with the rest shape as a minimum."""
+    def factory(rest_positions, tets, rng) -> RegisteredEnergy:
+        mesh = TetMesh(rest_positions, tets)
+        coefficient = mesh.rest_volume * rng.uniform(0.5, 2.0, len(tets))
+        target = np.eye(3) + 0.3 * rng.standard_normal((len(tets), 3, 3)) if kind == "target" else None
+        return RegisteredEnergy(TetProjectiveTerm(mesh, kind, coefficient, target),
+                                rigid_motion_invariant=invariant, rest_is_equilibrium=invariant)
+    return factory
+
+
 EnergyFactory = Callable[[np.ndarray, np.ndarray, np.random.Generator], RegisteredEnergy]
 
 REGISTERED_ENERGIES: dict[str, EnergyFactory] = {
@@ -166,4 +181,7 @@ REGISTERED_ENERGIES: dict[str, EnergyFactory] = {
     "inertia": _inertia,
     "augmented_lagrangian_contact": _augmented_lagrangian_contact,
     "volume_floor": _volume_floor,
+    "volumetric_blendshape_target": _volumetric_blendshape_term("target", invariant=False),
+    "volumetric_blendshape_arap": _volumetric_blendshape_term("arap", invariant=True),
+    "volumetric_blendshape_volume": _volumetric_blendshape_term("volume", invariant=True),
 }

@@ -30,6 +30,9 @@ from .fields import RequestError
 
 COLLISION_KINDS = ("teeth", "lips")
 CONTACT_SOLVERS = ("newton", "ipopt")
+# phace: muscles and bones simulated (paper 000); volumetric-blendshapes: per-tet F targets from the
+# shape keys reached by Projective Dynamics (paper 002 §3.3–3.4; solver/volumetric_blendshapes/).
+ACTUATIONS = ("phace", "volumetric-blendshapes")
 # Ranges: each is what an artist can mean and the solver can do in reasonable time.
 MAX_SUBSTEPS = 100              # each substep is a full Newton solve of the frame
 # Wind pressure ½ ρ v² at 30 m/s is 540 Pa, half the tissue's shear modulus (1 kPa): a storm
@@ -73,6 +76,7 @@ class AnimateRequest:
     resume: bool = False                    # continue the bake the partial folder beside output holds
     cache_start_frame: float = 1.0          # the .pc2 header's first frame (the scene frame of frame 0)
     cache_metres_per_unit: float = 1.0      # the .pc2 holds skin positions / this (the rig's own units)
+    actuation: str = "phace"                # ACTUATIONS
     map_settings: MapSettings = field(init=False, default=None)     # the four above, checked (maps.py)
 
     def __post_init__(self):
@@ -133,6 +137,9 @@ class AnimateRequest:
         if self.lip_vertices is not None and not {"lips", "teeth"} & set(self.collisions):
             raise RequestError("lip_vertices", "applies only with lip or teeth collisions (it says which skin is "
                                                "lip)", "add lips or teeth to the collisions, or leave the file out")
+        put("actuation", check.choice(self.actuation, "actuation", ACTUATIONS))
+        if self.actuation == "volumetric-blendshapes":
+            self._check_volumetric_blendshapes()
         inputs = [self.model, self.activations, self.fit, self.weights, self.maps, self.lip_vertices,
                   *self.colliders]
         put("output", check.output_file(self.output, "output", ".npz", inputs, companions=(".pc2",)))
@@ -148,6 +155,22 @@ class AnimateRequest:
         if self.detail is not None and self.fit is None:
             raise RequestError("detail", "applies only to shape-key animation (fit and weights)",
                                "leave it out, or give fit and weights")
+
+
+    def _check_volumetric_blendshapes(self):
+        """Volumetric blendshapes play shape-key weights quasi-statically, without muscles, maps,
+        collisions or resume (not built for this actuation yet)."""
+        if self.fit is None:
+            raise RequestError("actuation", "volumetric-blendshapes plays shape keys, and no fit and weights are given",
+                               "give fit and weights, or use the phace actuation for muscle activations")
+        unsupported = {"activations": self.activations is not None, "maps": self.maps is not None,
+                       "collisions": bool(self.collisions), "colliders": bool(self.colliders),
+                       "dynamic": self.dynamic, "gravity": self.gravity, "wind": self.wind is not None,
+                       "resume": self.resume}
+        for name, given in unsupported.items():
+            if given:
+                raise RequestError(name, "not available with the volumetric-blendshapes actuation",
+                                   "leave it out, or use the phace actuation")
 
 
 # --------------------------------------------------------------------------- running
@@ -262,6 +285,8 @@ def run_animate(request: AnimateRequest, report) -> dict:
     from ..physics.checkpoint import Checkpoint, ResumeError
     from ..physics.inputs import load_maps
     from ..physics.simulator import SimulationSettings
+    if request.actuation == "volumetric-blendshapes":
+        return _run_volumetric_blendshapes(request, report)
     workspace = partial_folder(request.output)
     if request.resume and not (workspace.is_dir() and not workspace.is_symlink()):
         raise RequestError("resume", f"there is nothing to resume: no partial bake at {workspace}",
@@ -318,3 +343,49 @@ def run_animate(request: AnimateRequest, report) -> dict:
         summary["penetration_depth_max_mm"] = round(deepest_mm, 4)
         summary["message"] += f"; deepest skin vertex inside a collider {deepest_mm:.2f} mm"
     return summary
+
+
+def _run_volumetric_blendshapes(request: AnimateRequest, report) -> dict:
+    """`--actuation volumetric-blendshapes`: the weights through volumetric blendshapes
+    (solver/volumetric_blendshapes/animate.py), RESULT.npz and .pc2 written, then swapped in."""
+    from ..inverse.blend import load_weights
+    from ..inverse.fit_file import load_fit
+    from ..model_file import load_model
+    from ..volumetric_blendshapes.animate import VolumetricBlendshapeError, play_volumetric_blendshapes
+    model = load_model(request.model)
+    fit = load_fit(request.fit, model)
+    weights, _, fps, head_transforms = load_weights(request.weights, fit)
+    if "shape_key_deltas" not in fit:          # before any folder is made
+        raise RequestError("fit", "has no shape_key_deltas (fits made before they were stored), which volumetric "
+                                  "blendshapes are made from", "fit the shapes again with this solver")
+    frames = len(weights)
+    report.progress(f"model loaded; volumetric blendshapes: transferring {len(fit['shape_key_names'])} shapes, "
+                    f"then {frames} frames", fraction=0.0, frame=0, frames=frames)
+    workspace = partial_folder(request.output)
+    _fresh_partial_folder(workspace)
+
+    def on_frame(event):
+        report.progress(f"frame {event['frame']}/{event['frames']}: {event['newton_iterations']} PD iterations, "
+                        f"{event['seconds']:.2f} s", fraction=round(event["frame"] / event["frames"], 4),
+                        frame=event["frame"], frames=event["frames"], converged=event["converged"],
+                        newton_iterations=event["newton_iterations"], seconds=event["seconds"])
+        if not event["converged"]:
+            report.warning(f"frame {event['frame']} did not converge ({event['reason']})")
+
+    try:
+        result = play_volumetric_blendshapes(model, fit, weights, fps, head_transforms, workspace / "result.npz",
+                                             detail=request.detail is not False, progress=on_frame,
+                                             cache_start_frame=request.cache_start_frame,
+                                             cache_metres_per_unit=request.cache_metres_per_unit)
+    except VolumetricBlendshapeError as error:
+        raise RequestError("fit", str(error), "fit the shapes again with this solver") from None
+    output, cache = request.output, request.output.with_suffix(".pc2")
+    os.replace(workspace / "result.pc2", cache)
+    os.replace(workspace / "result.npz", output)
+    with contextlib.suppress(OSError):
+        shutil.rmtree(workspace)
+    unconverged = int((~result.converged).sum())
+    return {"outputs": {"result": str(output), "cache": str(cache)}, "frames": int(frames),
+            "unconverged_frames": unconverged,
+            "message": f"wrote {output.name} and {cache.name}: {frames} frames of volumetric blendshapes, "
+                       f"{unconverged} not converged"}
