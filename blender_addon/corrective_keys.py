@@ -21,11 +21,11 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from . import preflight, scene_export
+from .storage import CORRECTIVES_PROPERTY, corrective_key_names
 
 PREFIX = "corr_"
 PAIR_SEPARATOR = "__"
 TEMPORARY_PREFIX = "corr~new~"
-CORRECTIVES_PROPERTY = "face_physics_correctives"   # on the Key: our key names, one per line
 MAX_NAME_BYTES = 63                                  # Blender's key-block name limit
 # The corrective keys' value is the driver's output; Blender clamps it to the slider range.
 SLIDER_LIMIT = 10.0
@@ -82,11 +82,7 @@ def corrective_name(first: str, second: str) -> str:
 
 def our_key_names(obj) -> List[str]:
     """The corrective keys this module added to `obj` (recorded on the Key), still present."""
-    key = obj.data.shape_keys
-    if key is None:
-        return []
-    recorded = str(key.get(CORRECTIVES_PROPERTY, "")).split("\n")
-    return [name for name in recorded if name and name in key.key_blocks]
+    return corrective_key_names(obj.data.shape_keys)
 
 
 def plan_corrective_keys(obj, arrays, metres_per_unit: float, mapping: Dict[str, str]) -> List[CorrectiveKey]:

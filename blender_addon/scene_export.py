@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from . import head_motion, preflight, solver_numbers
-from .storage import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME
+from .storage import BAKE_KEY_PREFIX, CACHE_MODIFIER_NAME, corrective_key_names
 from .preflight import ERROR, Finding
 from .stepwise import END_TICK, drain
 
@@ -225,11 +225,13 @@ def frame_range(context, settings) -> Tuple[int, int]:
 
 
 def user_key_blocks(obj) -> list:
-    """The user's own shape keys: every key block but the basis and our baked ones."""
+    """The user's own shape keys: every key block but the basis, our baked ones and our corrective keys."""
     key = obj.data.shape_keys
     if key is None:
         return []
-    return [block for block in key.key_blocks if block != key.reference_key and not _is_bake_key(block.name)]
+    ours = set(corrective_key_names(key))
+    return [block for block in key.key_blocks
+            if block != key.reference_key and not _is_bake_key(block.name) and block.name not in ours]
 
 
 def collider_objects(obj) -> list:

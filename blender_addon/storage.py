@@ -10,6 +10,15 @@ import bpy
 
 CACHE_MODIFIER_NAME = "Face Physics cache"
 BAKE_KEY_PREFIX = "FP bake "
+CORRECTIVES_PROPERTY = "face_physics_correctives"   # on the Key: the corrective keys we added, one per line
+
+
+def corrective_key_names(key) -> list:
+    """The corrective shape keys the add-on added to this Key (corrective_keys.py), still present."""
+    if key is None:
+        return []
+    recorded = str(key.get(CORRECTIVES_PROPERTY, "")).split("\n")
+    return [name for name in recorded if name and name in key.key_blocks]
 BAKE_ACTION_PREFIX = "FP bake "
 CACHE_FOLDER = "face_physics"
 

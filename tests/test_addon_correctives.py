@@ -112,6 +112,8 @@ def test_drivers_evaluate_to_the_solvers_corrected_rig(scene):
     assert names == [corrective_keys.corrective_name(a, b) for a, b in TERMS]
     for curve in obj.data.shape_keys.animation_data.drivers:
         assert curve.driver.is_simple_expression, curve.data_path     # no Python: runs without auto-run
+    # The Fit list and the rig export see the user's keys only, never the correctives.
+    assert [block.name for block in scene_export.user_key_blocks(obj)] == list(USER_KEYS)
     corrected = CorrectedRig(rig["vertices"], rig["shape_key_deltas"], rig["shape_key_names"], arrays)
     worst = 0.0
     for weights in ([0, 0, 0, 0], [1, 0, 0, 0], [0.3, 0.8, 0, 0], [1, 1, 1, 1], [0.25, 0.5, 0.75, 0.1],
