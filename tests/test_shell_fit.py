@@ -129,7 +129,7 @@ def test_shapes_replay_within_tolerance_after_a_fit():
 
 from ict_data import ict_available, load_ict_rig  # noqa: E402
 
-ICT_TRIANGLES = 2000     # 4k takes several minutes here (bench/shell_fit.py); the test keeps to ~3
+ICT_TRIANGLES = 4000     # the resolution: a fit of about 6 min here (bench/shell_fit.py)
 
 
 def face_regions(shell, rig) -> dict:
