@@ -16,28 +16,19 @@ import pytest
 bpy = pytest.importorskip("bpy")
 import addon_utils  # noqa: E402  (comes with bpy)
 
+from addon_demo_scene import ADDON, demo_head_scene  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-ADDON = "blender_addon"
 FIT_TRIANGLES = 500
 
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
-    bpy.ops.wm.read_homefile(use_empty=True)
-    addon_utils.enable(ADDON, default_set=True, handle_error=None)
-    bpy.context.preferences.addons[ADDON].preferences.solver_python = sys.executable
-    from blender_addon.rig_import import import_rig
     folder = tmp_path_factory.mktemp("shell_addon")
-    made = subprocess.run([sys.executable, "-m", "solver", "demo-rig", "-o", str(folder / "head.npz")],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stderr
-    obj = import_rig(bpy.context, str(folder / "head.npz"))
-    mine = obj.vertex_groups.new(name="my cheeks")
-    mine.add(list(range(0, len(obj.data.vertices), 7)), 0.25, 'REPLACE')
-    bpy.ops.wm.save_as_mainfile(filepath=str(folder / "scene.blend"))
+    obj, _ = demo_head_scene(folder)
     yield {"object": obj, "folder": folder}
     from blender_addon import shell_poke
     shell_poke.stop_session()

@@ -6,8 +6,6 @@ is made without a fit (tests/shell_sheets.py `shell_from_rig`: uniform stiffness
 quick. Every process has a timeout."""
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,33 +15,24 @@ import pytest
 bpy = pytest.importorskip("bpy")
 import addon_utils  # noqa: E402  (comes with bpy)
 
+from addon_demo_scene import ADDON, demo_head_scene  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-ADDON = "blender_addon"
 TRIANGLES = 500
 REGION_SHARE = 0.15           # the repainted region: within this share of the head's size of the jaw's mover
 
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
-    bpy.ops.wm.read_homefile(use_empty=True)
-    addon_utils.enable(ADDON, default_set=True, handle_error=None)
-    bpy.context.preferences.addons[ADDON].preferences.solver_python = sys.executable
+    folder = tmp_path_factory.mktemp("shell_stiffness")
+    obj, _ = demo_head_scene(folder)
     from blender_addon import shell_operators, storage
-    from blender_addon.rig_import import import_rig
     from shell_sheets import shell_from_rig
     from solver.rig import load_rig
     from solver.shell.shell_file import save_shell
-    folder = tmp_path_factory.mktemp("shell_stiffness")
-    made = subprocess.run([sys.executable, "-m", "solver", "demo-rig", "-o", str(folder / "head.npz")],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stderr
-    obj = import_rig(bpy.context, str(folder / "head.npz"))
-    mine = obj.vertex_groups.new(name="my cheeks")
-    mine.add(list(range(0, len(obj.data.vertices), 7)), 0.25, 'REPLACE')
-    bpy.ops.wm.save_as_mainfile(filepath=str(folder / "scene.blend"))
     rig = load_rig(folder / "head.npz")
     assert len(rig.vertices) == len(obj.data.vertices)
     shell = shell_from_rig(rig, TRIANGLES)
