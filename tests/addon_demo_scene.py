@@ -30,3 +30,15 @@ def demo_head_scene(folder: Path):
     mine.add(list(range(0, len(obj.data.vertices), 7)), 0.25, 'REPLACE')
     bpy.ops.wm.save_as_mainfile(filepath=str(folder / "scene.blend"))
     return obj, rig_path
+
+
+def group_weights(obj, name):
+    """A vertex group's weight on every vertex of obj (0 where the vertex is not in it), numpy."""
+    import numpy as np
+    index = obj.vertex_groups[name].index
+    weights = np.zeros(len(obj.data.vertices))
+    for vertex in obj.data.vertices:
+        for element in vertex.groups:
+            if element.group == index:
+                weights[vertex.index] = element.weight
+    return weights

@@ -16,7 +16,7 @@ import pytest
 bpy = pytest.importorskip("bpy")
 import addon_utils  # noqa: E402  (comes with bpy)
 
-from addon_demo_scene import ADDON, demo_head_scene  # noqa: E402
+from addon_demo_scene import ADDON, demo_head_scene, group_weights  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -35,18 +35,8 @@ def scene(tmp_path_factory):
     addon_utils.disable(ADDON, default_set=True)
 
 
-def _group_weights(obj, name) -> np.ndarray:
-    index = obj.vertex_groups[name].index
-    weights = np.zeros(len(obj.data.vertices))
-    for vertex in obj.data.vertices:
-        for element in vertex.groups:
-            if element.group == index:
-                weights[vertex.index] = element.weight
-    return weights
-
-
 def _user_groups(obj) -> dict:
-    return {group.name: _group_weights(obj, group.name) for group in obj.vertex_groups
+    return {group.name: group_weights(obj, group.name) for group in obj.vertex_groups
             if not group.name.startswith("FP_shell_")}
 
 
@@ -79,7 +69,7 @@ def test_fit_stiffness_writes_the_two_groups_and_leaves_the_users_alone(scene, f
     strain, bending = shell_maps.read_fine_maps(path)
     for name, values, value_range in ((shell_maps.STRAIN_GROUP, strain, settings.strain_range),
                                       (shell_maps.BENDING_GROUP, bending, settings.bending_range)):
-        weights = _group_weights(obj, name)
+        weights = group_weights(obj, name)
         assert weights.min() >= 0.0 and weights.max() <= 1.0
         # Every vertex is in the group, and the weights convert back to the map.
         back = shell_maps.stiffness_from_weights(weights, *value_range)
@@ -98,7 +88,7 @@ def test_a_second_fit_replaces_the_groups_whole(scene, fitted):
     strain = np.linspace(1.0, 100.0, len(obj.data.vertices))
     shell_operators.write_map_groups(obj, strain, np.full(len(strain), 3.0))
     assert len(obj.vertex_groups) == count
-    assert np.allclose(shell_maps.stiffness_from_weights(_group_weights(obj, shell_maps.STRAIN_GROUP),
+    assert np.allclose(shell_maps.stiffness_from_weights(group_weights(obj, shell_maps.STRAIN_GROUP),
                                                          *obj.face_physics_shell.strain_range), strain)
     # Put the fitted maps back for the tests after this one.
     shell_operators.write_map_groups(obj, *shell_maps.read_fine_maps(bpy.path.abspath(

@@ -15,7 +15,7 @@ import pytest
 bpy = pytest.importorskip("bpy")
 import addon_utils  # noqa: E402  (comes with bpy)
 
-from addon_demo_scene import ADDON, demo_head_scene  # noqa: E402
+from addon_demo_scene import ADDON, demo_head_scene, group_weights  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -46,18 +46,8 @@ def scene(tmp_path_factory):
     addon_utils.disable(ADDON, default_set=True)
 
 
-def _group_weights(obj, name) -> np.ndarray:
-    index = obj.vertex_groups[name].index
-    weights = np.zeros(len(obj.data.vertices))
-    for vertex in obj.data.vertices:
-        for element in vertex.groups:
-            if element.group == index:
-                weights[vertex.index] = element.weight
-    return weights
-
-
 def _user_groups(obj) -> dict:
-    return {group.name: _group_weights(obj, group.name) for group in obj.vertex_groups
+    return {group.name: group_weights(obj, group.name) for group in obj.vertex_groups
             if not group.name.startswith("FP_")}
 
 
@@ -91,7 +81,7 @@ def test_groups_go_back_only_when_repainted_and_repainting_changes_the_take_ther
     shell_operators.write_map_groups(obj, *shell_maps.read_fine_maps(path))
     settings = obj.face_physics_shell
     settings.strain_range = settings.bending_range = (0.1, 10.0)
-    assert np.allclose(_group_weights(obj, shell_maps.STRAIN_GROUP), 0.5)
+    assert np.allclose(group_weights(obj, shell_maps.STRAIN_GROUP), 0.5)
     arrays, said = shell_operators.repainted_stiffness_arrays(obj, path)
     assert arrays is None and "as fitted" in said
     plain, files = _bake(obj)
@@ -135,10 +125,10 @@ def test_stiffness_map_from_shell_writes_its_own_group_as_the_stiffness_map(scen
     settings = obj.face_physics
     assert settings.stiffness_group == shell_maps.TISSUE_GROUP
     low, high = settings.stiffness_range
-    weights = _group_weights(obj, shell_maps.TISSUE_GROUP)
+    weights = group_weights(obj, shell_maps.TISSUE_GROUP)
     multiplier = low + weights * (high - low)
     # The strain map as painted now (the previous test's repaint, if it ran; else uniform).
-    strain = shell_maps.stiffness_from_weights(_group_weights(obj, shell_maps.STRAIN_GROUP),
+    strain = shell_maps.stiffness_from_weights(group_weights(obj, shell_maps.STRAIN_GROUP),
                                                *obj.face_physics_shell.strain_range) \
         if shell_maps.STRAIN_GROUP in obj.vertex_groups else np.ones(len(weights))
     relative = np.clip(strain / np.exp(np.log(strain).mean()), *solver_numbers.PAINTED_MULTIPLIER_LIMITS)
