@@ -65,7 +65,7 @@ def shell_from_rig(rig, triangles: int) -> ShellModel:
     from solver.shell.detail import detail_corrections
     from solver.shell.remesh import remesh_skin
     from solver.shell.scale import face_height
-    from solver.shell.transfer import RigTransfer
+    from solver.shell.transfer import RigTransfer, smoothed_warp
     fine = np.asarray(rig.vertices, dtype=np.float64)
     fine_triangles = triangulate(np.asarray(rig.faces), fine)
     deltas = np.asarray(rig.shape_key_deltas, dtype=np.float64)
@@ -74,13 +74,15 @@ def shell_from_rig(rig, triangles: int) -> ShellModel:
     coarse = remesh_skin(fine, fine_triangles, triangles)
     transfer = RigTransfer.build(fine, fine_triangles, coarse.vertices, coarse.triangles, deltas)
     coarse_deltas = transfer.coarse_deltas(deltas)                       # metres
+    edge = np.median(np.linalg.norm(coarse.vertices[coarse.triangles] - np.roll(coarse.vertices[coarse.triangles], 1, 1),
+                                    axis=2))
+    warp = smoothed_warp(fine, fine_triangles, transfer.fine_from_coarse, settings.warp_smoothing * edge)
     # Eq. 13 against the coarse targets themselves (no fit, so no equilibria).
-    detail = detail_corrections(deltas, transfer.fine_from_coarse, coarse_deltas / height, height,
-                                settings.detail_clip)
+    detail = detail_corrections(deltas, warp, coarse_deltas / height, height, settings.detail_clip)
     n, count = len(coarse.vertices), len(fine)
     return ShellModel(face_height_m=height, coarse_rest=coarse.vertices / height,
                       coarse_triangles=np.asarray(coarse.triangles, dtype=np.int64),
-                      coarse_from_fine=transfer.coarse_from_fine, fine_from_coarse=transfer.fine_from_coarse,
+                      coarse_from_fine=transfer.coarse_from_fine, fine_from_coarse=warp,
                       shape_names=tuple(str(name) for name in rig.shape_key_names),
                       coarse_deltas=coarse_deltas / height, strain_stiffness=np.ones(n),
                       bending_stiffness=np.ones(n), max_depth=np.full(n, settings.thin_depth),

@@ -10,7 +10,7 @@ from solver.geometry.closest_point import ClosestPointTree
 from solver.geometry.mesh_ops import icosphere, vertex_normals
 from solver.shell import depth
 from solver.shell.remesh import boundary_loops, mesh_quality, remesh_isotropic, remesh_skin, weld_coincident
-from solver.shell.transfer import RigTransfer
+from solver.shell.transfer import RigTransfer, smoothed_warp
 from tests.ict_data import ict_available, load_ict_rig
 
 # --------------------------------------------------------------------------- a sheet with a slit and two holes
@@ -175,6 +175,62 @@ def test_transfer_settles_touching_sheets_by_the_keys_motion():
         error = np.linalg.norm(warped - (fine + opening[0]), axis=1)
         assert (error[is_upper].max() > 0.05) == upper_moves
     assert error.max() < 1e-12
+
+
+def _largest_bend(vertices, triangles) -> float:
+    """The largest angle (radians) between the normals of two triangles sharing an edge."""
+    normals = np.cross(vertices[triangles[:, 1]] - vertices[triangles[:, 0]], vertices[triangles[:, 2]] - vertices[triangles[:, 0]])
+    normals /= np.linalg.norm(normals, axis=1, keepdims=True)
+    owner = {}
+    largest = 0.0
+    for index, triangle in enumerate(triangles):
+        for a, b in ((triangle[0], triangle[1]), (triangle[1], triangle[2]), (triangle[2], triangle[0])):
+            key = (min(a, b), max(a, b))
+            if key in owner:
+                largest = max(largest, float(np.arccos(np.clip(normals[owner[key]] @ normals[index], -1.0, 1.0))))
+            owner[key] = index
+    return largest
+
+
+def test_the_smoothed_warp_spreads_the_coarse_edges_kinks_and_keeps_translations():
+    """Barycentric interpolation bends the fine surface along every coarse edge; the smoothed warp
+    spreads each bend over its radius (transfer.py docstring): with the fine sheet five times finer
+    than the coarse one (as ICT's lips against a 4k shell), a bumpy coarse displacement bends it
+    at most half as sharply, and rows still sum to one."""
+    vertices, triangles = _holed_sheet()
+    coarse = remesh_isotropic(vertices, triangles, 150)
+    plain = RigTransfer.build(vertices, triangles, coarse.vertices, coarse.triangles).fine_from_coarse
+    edge = float(np.median(np.linalg.norm(coarse.vertices[coarse.triangles[:, 0]]
+                                          - coarse.vertices[coarse.triangles[:, 1]], axis=1)))
+    smooth = smoothed_warp(vertices, triangles, plain, 0.5 * edge)
+    assert smooth.shape == plain.shape and smooth.data.min() >= 1e-3
+    assert np.allclose(np.asarray(smooth.sum(axis=1)).ravel(), 1.0)
+    assert np.diff(smooth.indptr).mean() > np.diff(plain.indptr).mean()
+    shift = np.tile([0.01, -0.02, 0.03], (len(coarse.vertices), 1))
+    assert np.allclose(smooth @ shift, shift[0], atol=1e-15)
+    assert (smoothed_warp(vertices, triangles, plain, 0.0) != plain).nnz == 0
+    bumps = np.zeros_like(coarse.vertices)
+    bumps[:, 2] = 0.002 * np.random.default_rng(3).normal(size=len(coarse.vertices))
+    bent_plain = _largest_bend(vertices + plain @ bumps, triangles)
+    bent_smooth = _largest_bend(vertices + smooth @ bumps, triangles)
+    assert bent_smooth < 0.5 * bent_plain
+
+
+def test_the_smoothed_warp_does_not_reach_across_the_mouth_slit():
+    """Distances run along the mesh's edges: a fine vertex on one lip of the slit reads nothing of
+    the other lip's coarse vertices even when they are nearer than the radius in space."""
+    vertices, triangles = _holed_sheet()
+    coarse = remesh_isotropic(vertices, triangles, 500)
+    plain = RigTransfer.build(vertices, triangles, coarse.vertices, coarse.triangles).fine_from_coarse
+    smooth = smoothed_warp(vertices, triangles, plain, 0.1)      # the slit is 0.05 wide and 0.4 long
+    lower_jaw = np.zeros_like(coarse.vertices)
+    lower_jaw[coarse.vertices[:, 1] < 0.5, 2] = -0.1               # everything below the slit drops
+    warped = smooth @ lower_jaw
+    upper_lip = (vertices[:, 1] > 0.5) & (vertices[:, 1] < 0.6) & (np.abs(vertices[:, 0] - 0.5) < 0.05)
+    lower_lip = (vertices[:, 1] < 0.5) & (vertices[:, 1] > 0.4) & (np.abs(vertices[:, 0] - 0.5) < 0.05)
+    assert upper_lip.sum() >= 4 and lower_lip.sum() >= 4
+    assert np.abs(warped[upper_lip, 2]).max() < 1e-12
+    assert np.allclose(warped[lower_lip, 2], -0.1)
 
 
 # --------------------------------------------------------------------------- depth

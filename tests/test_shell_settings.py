@@ -24,6 +24,9 @@ def test_bad_settings_name_the_field():
         ShellSettings.from_dict({"densty": 1.0})
     with pytest.raises(ValueError, match="substep_s"):
         ShellSettings(substep_s=0.1)
+    with pytest.raises(ValueError, match="warp_smoothing must be zero or positive"):
+        ShellSettings(warp_smoothing=-0.5)
+    assert ShellSettings(warp_smoothing=0.0).warp_smoothing == 0.0      # 0: the plain barycentric warp
 
 
 def test_face_height_counts_the_moving_skin_only():

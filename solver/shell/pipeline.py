@@ -5,7 +5,8 @@
    rig's vertices and the coarse shape-key deltas (transfer.py);
 3. the per-vertex maximum depth and the prescribed eyelid vertices (depth.py);
 4. the stiffness fit over the fitted shape keys (stiffness_fit.py);
-5. the per-shape detail corrections from the coarse equilibria (detail.py);
+5. the warp, smoothed over the coarse edge length (transfer.smoothed_warp), and the per-shape
+   detail corrections from the coarse equilibria through it (detail.py);
 6. the fitted maps carried to the rig's vertices (for the add-on's vertex groups);
 and the ShellModel that shell_file.save_shell writes.
 """
@@ -25,7 +26,7 @@ from .settings import ShellSettings
 from .shell_file import ShellModel
 from .stiffness_fit import FitResult, QuasiStaticProblem, fit_stiffness
 from .topology import ShellTopology
-from .transfer import RigTransfer
+from .transfer import RigTransfer, smoothed_warp
 
 # Shape keys whose names contain one of these are correctives (combinations fixed up on top of
 # other keys): paper 001 §4 fits the non-corrective keys only.
@@ -82,16 +83,17 @@ def build_shell(rig: FaceRig, triangles: int = 4000, settings: Optional[ShellSet
     if len(others):     # correctives: their equilibria at the fitted stiffness, for their detail
         equilibria[others] = shape_equilibria(topology, coarse_rest + coarse_deltas[others], prescribed,
                                               settings, fit)
-    detail = detail_corrections(fine_deltas_m, transfer.fine_from_coarse, equilibria - coarse_rest, height,
-                                settings.detail_clip)
-    fine_strain, fine_bending = (np.maximum(transfer.fine_from_coarse @ field, 0.0)
+    warp = smoothed_warp(fine_rest_m, fine_triangles, transfer.fine_from_coarse,
+                         settings.warp_smoothing * height * float(np.median(topology.edge_rest_length)))
+    detail = detail_corrections(fine_deltas_m, warp, equilibria - coarse_rest, height, settings.detail_clip)
+    fine_strain, fine_bending = (np.maximum(warp @ field, 0.0)
                                  for field in (fit.strain_stiffness, fit.bending_stiffness))
     smallest = min(fit.strain_stiffness.min(), fit.bending_stiffness.min())
     seconds["detail"] = time.perf_counter() - mark
 
     model = ShellModel(
         face_height_m=height, coarse_rest=coarse_rest, coarse_triangles=coarse_triangles,
-        coarse_from_fine=transfer.coarse_from_fine, fine_from_coarse=transfer.fine_from_coarse,
+        coarse_from_fine=transfer.coarse_from_fine, fine_from_coarse=warp,
         shape_names=shape_names, coarse_deltas=coarse_deltas,
         strain_stiffness=fit.strain_stiffness, bending_stiffness=fit.bending_stiffness,
         max_depth=depth, prescribed=prescribed, fine_rest_m=fine_rest_m, detail=detail,
@@ -105,6 +107,7 @@ def build_shell(rig: FaceRig, triangles: int = 4000, settings: Optional[ShellSet
         "fit_iterations": fit.iterations, "fit_evaluations": fit.evaluations, "newton_solves": fit.newton_solves,
         "fit_stop": fit.stop_reason, "max_deviation": fit.max_deviation,
         "max_deviation_mm": fit.max_deviation * height * 1000, "detail_entries": int(detail.nnz),
+        "warp_entries_per_vertex": round(warp.nnz / len(fine_rest_m), 2),
         "seconds": {key: round(value, 3) for key, value in seconds.items()},
     }
     return model, summary

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+# Settings for which 0 means "off".
+MAY_BE_ZERO = frozenset({"warp_smoothing"})
+
 
 @dataclass(frozen=True)
 class ShellSettings:
@@ -32,12 +35,14 @@ class ShellSettings:
     max_strain: float = 1.0                   # ε_max
     lag_blend: float = 0.5                    # α_e of Eq. 12
     detail_clip: float = 1e-4                 # Eq. 13 corrections below this (face units) are dropped
+    warp_smoothing: float = 0.5               # warp averaged over this share of the median coarse edge (transfer.py)
 
     def __post_init__(self):
         for field in fields(self):
             value = getattr(self, field.name)
-            if not (value > 0):
-                raise ValueError(f"shell settings: {field.name} must be positive, found {value!r}")
+            if not (value > 0 or (field.name in MAY_BE_ZERO and value == 0)):
+                kind = "zero or positive" if field.name in MAY_BE_ZERO else "positive"
+                raise ValueError(f"shell settings: {field.name} must be {kind}, found {value!r}")
         if self.triangles < 100:
             raise ValueError(f"shell settings: triangles must be at least 100, found {self.triangles}")
         if self.substep_s > self.time_step_s:

@@ -11,6 +11,14 @@
 Both rows sum to one (a rigid translation is carried exactly) and have at most three entries.
 Closest points come from solver/geometry (BVH + exact point–triangle distance).
 
+The warp the shell file stores is ``smoothed_warp`` of ``fine_from_coarse``: barycentric
+interpolation is only continuous, its slope jumps at every coarse edge, and where the rig is much
+finer than the shell (the lip corners: a dozen fine triangles across one coarse one) the part of
+the coarse motion that the detail correction does not cancel (blends of keys, contact) folds
+those small triangles along the coarse edges. Averaging each fine vertex's weights over its
+surface neighbourhood (mesh-edge distance, so never across the mouth slit) spreads each slope
+jump over a coarse edge's length whatever the fine resolution.
+
 Where two sheets nearly touch at rest (the lips of a closed mouth), the plainly closest coarse
 triangle of a fine vertex can lie on the other sheet, and the warp would drag the upper lip
 down with the jaw. Given the shape keys, ``build`` settles such vertices by the keys' motion
@@ -23,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse
 
+from scipy.sparse.csgraph import dijkstra
+
 from solver.geometry.closest_point import ClosestPointTree
 from solver.geometry.mesh_ops import as_query_points, as_triangle_mesh
 
@@ -31,6 +41,10 @@ from solver.geometry.mesh_ops import as_query_points, as_triangle_mesh
 _MISFIT_SHARE = 0.25
 _MISFIT_FLOOR = 0.02
 _POSES_TRIED = 3
+# smoothed_warp drops weights below this share (then renormalises), keeping rows short.
+_SMALLEST_WEIGHT = 1e-3
+# Dense distance rows computed at once by smoothed_warp (bounds its memory to ~32 MB).
+_DISTANCE_ENTRIES = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -155,3 +169,44 @@ def fine_weights_following_motion(fine_vertices, coarse_vertices, coarse_triangl
                 barycentric[members[better]] = moved.barycentric[better]
                 misfit[members[better]] = candidate_misfit[better]
     return _weights_matrix(triangle_index, barycentric, coarse_triangles, len(coarse_vertices))
+
+
+def smoothed_warp(fine_vertices, fine_triangles, fine_from_coarse, radius: float) -> scipy.sparse.csr_matrix:
+    """(V × n) the warp `fine_from_coarse` averaged over each fine vertex's surface neighbourhood
+    (module docstring): row j = Σ_i φ(d_ji) row_i / Σ_i φ(d_ji) over the fine vertices i within
+    `radius` of j along the mesh's edges, φ(d) = (1 − (d/radius)²)², a smooth bump (same length
+    unit as the vertices). Weights below _SMALLEST_WEIGHT are dropped and rows renormalised, so
+    rows still sum to one (translations carried exactly). radius 0 returns the warp unchanged."""
+    fine_vertices, fine_triangles = as_triangle_mesh(fine_vertices, fine_triangles)
+    warp = scipy.sparse.csr_matrix(fine_from_coarse, dtype=np.float64)
+    count = len(fine_vertices)
+    if warp.shape[0] != count:
+        raise ValueError(f"smoothed_warp: the warp has {warp.shape[0]} rows for {count} fine vertices")
+    if not radius > 0:
+        return warp
+    edges = np.concatenate([fine_triangles[:, [0, 1]], fine_triangles[:, [1, 2]], fine_triangles[:, [2, 0]]])
+    lengths = np.linalg.norm(fine_vertices[edges[:, 0]] - fine_vertices[edges[:, 1]], axis=1)
+    graph = scipy.sparse.csr_matrix((lengths, (edges[:, 0], edges[:, 1])), shape=(count, count))
+    graph = graph.maximum(graph.T)
+    rows, columns, values = [], [], []
+    chunk = max(1, _DISTANCE_ENTRIES // count)
+    for start in range(0, count, chunk):
+        sources = np.arange(start, min(count, start + chunk))
+        distance = dijkstra(graph, directed=False, indices=sources, limit=radius)
+        source, target = np.nonzero(np.isfinite(distance))
+        rows.append(sources[source])
+        columns.append(target)
+        values.append((1.0 - (distance[source, target] / radius) ** 2) ** 2)
+    kernel = scipy.sparse.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
+                                     shape=(count, count))
+    smoothed = _normalised_rows(scipy.sparse.csr_matrix(kernel @ warp))
+    smoothed.data[smoothed.data < _SMALLEST_WEIGHT] = 0.0
+    smoothed.eliminate_zeros()
+    return _normalised_rows(smoothed)
+
+
+def _normalised_rows(matrix: scipy.sparse.csr_matrix) -> scipy.sparse.csr_matrix:
+    sums = np.asarray(matrix.sum(axis=1)).ravel()
+    normalised = scipy.sparse.csr_matrix(scipy.sparse.diags(1.0 / sums) @ matrix)
+    normalised.sort_indices()
+    return normalised
