@@ -15,8 +15,8 @@ import scipy.sparse as sp
 
 from shell_sheets import sheet_shell
 from solver.collisions import sdf
-from solver.shell.colliders import (BoxCollider, CapsuleCollider, MeshCollider, SphereCollider,
-                                    analytic_signed_distances)
+from solver.shell.colliders import (BoxCollider, CapsuleCollider, MeshCollider, Placement, SphereCollider,
+                                    analytic_signed_distances, press_out_fine)
 from solver.pc2 import read_pc2
 from solver.shell import energies
 from solver.shell.forward import ShellSimulator, substep_rhs
@@ -298,6 +298,47 @@ def test_a_mesh_collider_pushes_the_sheet_out_like_the_sphere_it_approximates():
     assert sim.rest[middle, 2] - sim.coarse_positions[middle, 2] > 0.02
 
 
+def test_the_fine_skin_is_pushed_out_only_as_far_as_its_coarse_vertices_are():
+    """colliders.press_out_fine: a fine sheet warped from a coarse one, a sphere (and the mesh
+    prop that approximates it) over both. Where the coarse vertices are out, the fine ones are
+    moved out too; where the bone kept a coarse vertex inside, its fine neighbours may stay as
+    deep as the warp reads; fine vertices already shallower do not move."""
+    from solver.geometry.mesh_ops import icosphere
+    from solver.shell.remesh import remesh_isotropic
+    from solver.shell.transfer import RigTransfer
+    from tests.test_shell_geometry import _holed_sheet
+    fine_rest, fine_triangles = _holed_sheet()
+    coarse = remesh_isotropic(fine_rest, fine_triangles, 150)
+    warp = RigTransfer.build(fine_rest, fine_triangles, coarse.vertices, coarse.triangles).fine_from_coarse
+    centre, radius = np.array([0.5, 0.25, 0.2]), 0.3
+    sphere = SphereCollider(centre, radius)
+    vertices, faces = icosphere(4, radius=radius)
+    prop = MeshCollider(vertices + centre, faces)
+    coarse_positions = coarse.vertices.copy()
+    # Coarse vertices inside the sphere go to its surface, except those under its middle, which
+    # stay 0.005 inside (as the max depth would keep them).
+    distance, closest = analytic_signed_distances(coarse_positions, sphere)
+    held = np.linalg.norm(coarse_positions[:, :2] - centre[:2], axis=1) < 0.05
+    inside = distance < 0
+    coarse_positions[inside] = closest[inside]
+    coarse_positions[held & inside] += 0.005 * np.array([0, 0, 1.0])        # towards the centre
+    assert (held & inside).any() and (inside & ~held).sum() > 10
+    coarse_depth = np.maximum(-analytic_signed_distances(coarse_positions, sphere)[0], 0.0)
+    allowed = warp @ coarse_depth
+    warped = fine_rest + warp @ (coarse_positions - coarse.vertices)
+    before = np.maximum(-analytic_signed_distances(warped, sphere)[0], 0.0)
+    assert (before > allowed + 1e-3).sum() > 10           # the chords of the contact sink in
+    for collider, tolerance in ((sphere, 1e-12), (prop, 1e-3)):      # the prop's facets lie inside the sphere
+        fine = warped.copy()
+        moved = press_out_fine(fine, coarse_positions, warp, Placement.of([collider]))
+        after = np.maximum(-analytic_signed_distances(fine, sphere)[0], 0.0)
+        assert moved > 10
+        assert (after <= allowed + tolerance).all()
+        untouched = before <= allowed
+        assert np.abs(fine[untouched] - warped[untouched]).max() == 0.0
+        assert after.max() > 0.002                     # round the held coarse vertices the skin stays in
+
+
 # --------------------------------------------------------------------------- the two front doors
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -405,7 +446,8 @@ PLACES = {"cheek": ("mp68_03", "mp68_31"), "nose": ("mp68_30",), "lips": ("mp68_
 def test_a_sphere_pushed_into_the_ict_face_stays_out_and_no_deeper_than_the_bone(ict_shell, place, push):
     """Issue 40's acceptance on a uniform-stiffness ICT shell (2k triangles): a sphere of 0.08 face
     heights pressed `push` face heights into cheek, nose or lips. Within the max depth (δ_thin =
-    0.05) no coarse vertex stays inside it; pushed deeper, the bone (max depth) wins."""
+    0.05) no coarse vertex stays inside it, nor any vertex of the skin; pushed deeper, the bone
+    (max depth) wins."""
     rig, shell = ict_shell
     names = [str(name) for name in rig.landmark_names]
     point = np.mean([rig.vertices[rig.landmark_vertices[names.index(name)]] for name in PLACES[place]], axis=0)
@@ -431,8 +473,12 @@ def test_a_sphere_pushed_into_the_ict_face_stays_out_and_no_deeper_than_the_bone
     depth = -((sim.coarse_positions - sim.target) * normals).sum(1)
     assert depth.max() <= sim.max_depth.max() + 1e-9
     distance, _ = analytic_signed_distances(sim.coarse_positions, sphere, 1 / shell.face_height_m)
+    # The skin the user sees: no deeper in the sphere than its coarse vertices (metres).
+    fine_distance, _ = analytic_signed_distances(sim.fine_positions_m(), sphere)
+    allowed = sim.fine_from_coarse @ np.maximum(-distance, 0.0) * shell.face_height_m
+    assert (-fine_distance <= allowed + 1e-12).all()
     if push < sim.max_depth.min():
-        assert distance.min() >= -1e-9
+        assert distance.min() >= -1e-9 and fine_distance.min() >= -1e-12
         assert depth[nearest] > 0.5 * push
     # Pushed past the bone, the skin may end on either side of the sphere, but never deeper.
     assert np.isfinite(sim.fine_positions_m()).all()

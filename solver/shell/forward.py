@@ -46,7 +46,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from .colliders import Grab, MeshCollider, project_analytic
+from .colliders import Grab, MeshCollider, Placement, press_out_fine, project_analytic
 from .energies import bending_springs, strain_springs
 from .linear import ConstantFactor, substitute
 from .topology import ShellTopology
@@ -131,6 +131,7 @@ class ShellSimulator:
         self.substeps_taken = 0
         self._fine_cache = None
         self._previous_colliders = {}
+        self._placement = Placement.of(())
 
     def _weights(self, weights) -> np.ndarray:
         if weights is None:
@@ -203,6 +204,7 @@ class ShellSimulator:
         # The collider's push on the shell, m Δx / h² per sub-step, averaged over the frame and
         # turned around: the force on the collider (N at unit face height).
         self.contact_force_n = float(np.linalg.norm(force)) / (self.substep_s ** 2 * max(substeps, 1))
+        self._placement = Placement.of(colliders)
         self._fine_cache = None
         finished = time.perf_counter()
         self.timings = {"coarse_rig": rigged - started, "simulate": finished - rigged, "warp_detail": 0.0}
@@ -291,12 +293,16 @@ class ShellSimulator:
     # ------------------------------------------------------------------ output
     def fine_positions_m(self) -> np.ndarray:
         """(V, 3) metres: the rig's vertices warped by the coarse displacement plus the
-        weighted per-shape detail (Eq. 14)."""
+        weighted per-shape detail (Eq. 14), pushed out of the last frame's colliders as far as
+        the coarse shell is (colliders.press_out_fine)."""
         if self._fine_cache is None:
             started = time.perf_counter()
             displacement = (self.coarse_positions - self.rest) * self.face_height_m
             fine = np.empty_like(self.fine_rest_m)
             warp_and_detail(self.fine_rest_m, *self._warp, displacement, *self._detail, self.weights, fine.reshape(-1))
+            if self._placement:
+                press_out_fine(fine, self.coarse_positions * self.face_height_m, self.fine_from_coarse,
+                               self._placement)
             self._fine_cache = fine
             self.timings["warp_detail"] = time.perf_counter() - started
         return self._fine_cache
