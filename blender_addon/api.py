@@ -8,6 +8,7 @@ operators start the same workflow functions modally instead of waiting.
     head = bpy.data.objects["Head"]
     api.build(head)                                        # MODEL.npz beside the saved .blend
     api.fit(head, shapes=["jawOpen", "mouthSmile_L"])      # or shapes=None: every shape key
+    api.build_correctives(head, keys=["jawOpen", "mouthSmile_L"])   # driven corr_ keys added
     take = api.bake(head, first=1, last=240, target='PC2')
     for take in api.takes(head):
         print(take.name, take.status, take.frames_done, take.seconds_per_frame)
@@ -27,7 +28,7 @@ from typing import Callable, List, Optional, Sequence
 import bpy
 
 from . import takes as take_list
-from . import workflow
+from . import corrective_jobs, workflow
 from .job_runner import Job
 from .take_folders import Take, TakeError, find_take, list_takes
 from .workflow import BakePlan
@@ -106,6 +107,23 @@ def fit(obj, shapes: Optional[Sequence[str]] = None, processes: Optional[int] = 
     try:
         workflow.apply_fit(obj, job)
         return {shape["shape"]: tuple(shape["error_mm"]) for shape in job.finished_shapes}
+    finally:
+        job.close()
+
+
+def build_correctives(obj, keys: Optional[Sequence[str]] = None, threshold_mm: Optional[float] = None,
+                      processes: Optional[int] = None, on_progress=None) -> list:
+    """Build corrective shape keys for `keys` (solver spelling; default every fitted key) and add
+    them to `obj` (Fit panel's Build Correctives); CORR.npz is stored beside the .blend and the
+    solved samples kept for the next build, also after a failure. Returns the keys added."""
+    reports = _Reports()
+    threshold = corrective_jobs.DEFAULT_THRESHOLD_MM if threshold_mm is None else float(threshold_mm)
+    text = ",".join(keys) if keys else ""
+    job = _started(lambda: corrective_jobs.start_correctives_job(reports, bpy.context, obj, 'ALL', text, threshold,
+                                                                 processes), reports)
+    _finished(job, on_progress, ended=lambda ended: corrective_jobs.keep_samples(obj, ended))
+    try:
+        return corrective_jobs.apply_correctives(bpy.context, obj, job)
     finally:
         job.close()
 

@@ -1,10 +1,12 @@
-"""Add Corrective Keys / Remove Corrective Keys (corrective_keys.py does the work; docs/correctives.md)."""
+"""Build Correctives / Add Corrective Keys / Remove Corrective Keys (corrective_jobs.py and
+corrective_keys.py do the work; docs/correctives.md)."""
 
 import bpy
-from bpy.props import StringProperty
+from bpy.props import EnumProperty, FloatProperty, StringProperty
 
-from . import corrective_keys
-from .workflow import skin_object
+from . import corrective_jobs, corrective_keys
+from .job_operator import SolverJobOperator, built_model_poll
+from .workflow import fit_file, skin_object
 
 
 def _has_shape_keys(cls, context) -> bool:
@@ -13,6 +15,47 @@ def _has_shape_keys(cls, context) -> bool:
         cls.poll_message_set("Select the rig's skin: a mesh with shape keys")
         return False
     return True
+
+
+class FACE_PHYSICS_OT_build_correctives(SolverJobOperator, bpy.types.Operator):
+    """Simulate pairs of your shape keys through the fitted model (with the Collisions panel's
+    contacts) and add corrective shape keys fitted to them, in the background. Samples already
+    solved by an earlier build are reused"""
+    bl_idname = "face_physics.build_correctives"
+    bl_label = "Build Correctives"
+    bl_options = {'UNDO'}             # not REGISTER: see SolverJobOperator
+
+    scope: EnumProperty(name="Shape keys", items=(
+        ('ALL', "All fitted", "Every fitted shape key (53 ARKit keys take hours on two cores)"),
+        ('SELECTED', "Selected", "The shape keys ticked in the Fit list")), default='SELECTED')
+    keys: StringProperty(name="Keys", options={'SKIP_SAVE'},
+                         description="Comma-separated shape keys as the solver spells them (jawOpen); "
+                                     "overrides the scope, for scripts")
+    threshold_mm: FloatProperty(name="Pair threshold (mm)", default=corrective_jobs.DEFAULT_THRESHOLD_MM,
+                                min=0.0, max=100.0,
+                                description="A pair of keys gets a corrective when, both at 1, its simulated skin "
+                                            "departs from the sum of the two single keys by more than this")
+
+    @classmethod
+    def poll(cls, context):
+        if not built_model_poll(cls, context):
+            return False
+        if not fit_file(skin_object(context)):
+            cls.poll_message_set("Fit the shape keys first (Fit panel)")
+            return False
+        return True
+
+    def start(self, context):
+        obj = skin_object(context)
+        self._object_name = obj.name
+        return corrective_jobs.start_correctives_job(self, context, obj, self.scope, self.keys, self.threshold_mm)
+
+    def apply(self, context, job):
+        names = corrective_jobs.apply_correctives(context, bpy.data.objects[self._object_name], job)
+        self.report({'INFO'}, f"Face Physics: {len(names)} corrective shape keys built and added")
+
+    def ended(self, context, job):
+        corrective_jobs.keep_samples(bpy.data.objects[self._object_name], job)
 
 
 class FACE_PHYSICS_OT_add_corrective_keys(bpy.types.Operator):
@@ -66,4 +109,5 @@ class FACE_PHYSICS_OT_remove_corrective_keys(bpy.types.Operator):
         return {'FINISHED'}
 
 
-CLASSES = (FACE_PHYSICS_OT_add_corrective_keys, FACE_PHYSICS_OT_remove_corrective_keys)
+CLASSES = (FACE_PHYSICS_OT_build_correctives, FACE_PHYSICS_OT_add_corrective_keys,
+           FACE_PHYSICS_OT_remove_corrective_keys)

@@ -28,6 +28,9 @@ PREVIOUS_FIT_FILE = "previous_fit.npz"
 WEIGHTS_FILE = "weights.npz"
 LIP_VERTICES_FILE = "lip_vertices.npz"
 LIPS_FILE = "lips.npz"
+CORRECTIVES_FILE = "correctives.npz"
+# The solver keeps a correctives job's samples beside its output (solver/requests/correctives.py).
+CORRECTIVES_SAMPLES = ".correctives.samples"
 COLLIDER_PREFIX = "collider"
 
 
@@ -94,6 +97,43 @@ def write_fit_job(job_dir, model_path, rig_arrays: Dict[str, np.ndarray], shapes
     if shapes is not None:
         settings["shapes"] = [str(name) for name in shapes]
     return _write_job(job_dir, "fit", inputs, {"fit": FIT_FILE}, settings)
+
+
+def write_correctives_job(job_dir, model_path, fit_path, rig_arrays: Dict[str, np.ndarray],
+                          keys: Optional[Sequence[str]], processes: int, threshold_mm: float,
+                          collisions: Sequence[str], stored_samples=None) -> Path:
+    """A correctives job (docs/correctives.md): the keys named (None: every fitted key), with
+    the samples solved before (`stored_samples`, a folder) linked in so only new ones are solved."""
+    job_dir = Path(job_dir)
+    place_model(job_dir, model_path)
+    place_file(job_dir, fit_path, FIT_FILE)
+    _write_npz(job_dir / RIG_FILE, {**rig_arrays, "format_version": np.array(1, dtype=np.int64)})
+    if stored_samples is not None and Path(stored_samples).is_dir():
+        mirror_folder(stored_samples, job_dir / CORRECTIVES_SAMPLES)
+    settings = {"jobs": int(processes), "threshold_mm": float(threshold_mm), "collisions": list(collisions)}
+    if keys is not None:
+        settings["keys"] = [str(name) for name in keys]
+    return _write_job(job_dir, "correctives", {"model": MODEL_FILE, "fit": FIT_FILE, "rig": RIG_FILE},
+                      {"correctives": CORRECTIVES_FILE}, settings)
+
+
+def mirror_folder(source, destination) -> None:
+    """Make `destination` hold exactly the files of `source` (hard links where possible, else
+    copies): built beside it under a temporary name, then swapped in, so a crash leaves either
+    the old folder or the new one. The solver writes each sample file once under a new name, so
+    a linked file is never written through."""
+    source, destination = Path(source), Path(destination)
+    staging = destination.with_name(f".{destination.name}.{os.getpid()}.new")
+    retired = destination.with_name(f".{destination.name}.{os.getpid()}.old")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for item in sorted(source.iterdir()):
+        if item.is_file():
+            place_file(staging, item, item.name)
+    if destination.exists():
+        os.replace(destination, retired)
+    os.replace(staging, destination)
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def write_lips_job(job_dir, model_path) -> Path:

@@ -183,6 +183,7 @@ def _draw_corrective_keys(layout, obj) -> None:
     box = layout.box()
     count = len(our_key_names(obj))
     box.label(text=f"Corrective keys: {count}" if count else "Corrective keys: none", icon='SHAPEKEY_DATA')
+    box.operator("face_physics.build_correctives", text="Build Correctives (ticked keys)", icon='MOD_PHYSICS')
     row = box.row(align=True)
     row.operator("face_physics.add_corrective_keys", text="Add…", icon='IMPORT')
     row.operator("face_physics.remove_corrective_keys", text="Remove", icon='X')

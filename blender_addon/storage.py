@@ -45,5 +45,15 @@ def fit_path(obj) -> Path:
     return cache_path(obj).with_name(cache_path(obj).stem + "_fit.npz")
 
 
+def correctives_path(obj) -> Path:
+    """The object's CORR.npz (Build Correctives): `face_physics/<blend>_<object>_correctives.npz`."""
+    return cache_path(obj).with_name(cache_path(obj).stem + "_correctives.npz")
+
+
+def correctives_samples_path(obj) -> Path:
+    """The simulated samples behind it, kept so a rebuild solves only what is missing."""
+    return cache_path(obj).with_name("." + cache_path(obj).stem + "_correctives.samples")
+
+
 def relative(path: Path) -> str:
     return bpy.path.relpath(str(path))

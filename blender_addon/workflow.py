@@ -115,7 +115,7 @@ def refresh_fit_list(obj) -> None:
     settings.fit_index = min(settings.fit_index, max(len(settings.fit_shapes) - 1, 0))
 
 
-def _fit_preflight(context, obj) -> List[Finding]:
+def fit_preflight(context, obj) -> List[Finding]:
     """The model exists and still belongs to this mesh (what a fit needs)."""
     if not _has_model_file(obj):
         return [Finding(ERROR, "no model: press Build first (or the model file next to the .blend is missing)")]
@@ -128,7 +128,7 @@ def _has_model_file(obj) -> bool:
 
 def _model_preflight(context, obj) -> List[Finding]:
     """The model exists and still belongs to this mesh at this scale (what every simulation needs)."""
-    findings = _fit_preflight(context, obj)
+    findings = fit_preflight(context, obj)
     return findings + scene_export.metres_per_unit(context, obj)[1] if _has_model_file(obj) else findings
 
 
@@ -375,7 +375,7 @@ def start_fit_job(operator, context, obj, scope: str, shapes_text: str = "", pro
     `processes` defaults to the panel's Processes. Nothing in the scene changes here: `apply_fit`
     applies the fit only when the job succeeded."""
     storage.fit_path(obj)   # fails early, with the reason, when the .blend is unsaved
-    if report_findings(operator, _fit_preflight(context, obj)):
+    if report_findings(operator, fit_preflight(context, obj)):
         return None
     rig, findings = scene_export.export_rig(context, obj)
     if report_findings(operator, findings):
