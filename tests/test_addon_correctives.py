@@ -2,7 +2,7 @@
 solver's save_correctives on a small shape-keyed mesh; Add Corrective Keys makes corr_ keys whose
 drivers evaluate (depsgraph, evaluated mesh) to the solver's `CorrectedRig.frame` within 1e-6 m for
 several weight vectors; add/re-add/remove leave the user's keys bit-identical; a mismatched CORR
-gives a clear error; the glTF export carries the corr_ morph targets and the FBX export runs."""
+gives a clear error; glTF and FBX exports carry the corr_ morph targets and their driven weights."""
 from __future__ import annotations
 
 import json
@@ -173,21 +173,77 @@ def test_mismatched_correctives_give_a_clear_error(scene):
     assert not corrective_keys.our_key_names(obj) and _user_keys(obj) == before
 
 
-def test_gltf_carries_the_corrective_morph_targets_and_fbx_exports(scene):
+def _gltf_weights(path: Path):
+    """(target names, the last animation sample's morph weights) of a .gltf with its .bin."""
+    document = json.loads(path.read_text())
+    data = (path.parent / document["buffers"][0]["uri"]).read_bytes()
+
+    def accessor(index):
+        found = document["accessors"][index]
+        view = document["bufferViews"][found["bufferView"]]
+        offset = view.get("byteOffset", 0) + found.get("byteOffset", 0)
+        width = {"SCALAR": 1, "VEC3": 3, "VEC4": 4}[found["type"]]
+        return np.frombuffer(data, dtype=np.float32, count=found["count"] * width, offset=offset)
+
+    names = document["meshes"][0]["extras"]["targetNames"]
+    for animation in document.get("animations", []):
+        for channel in animation["channels"]:
+            if channel["target"]["path"] == "weights":
+                sampler = animation["samplers"][channel["sampler"]]
+                times = accessor(sampler["input"])
+                return names, accessor(sampler["output"]).reshape(len(times), -1)[-1]
+    return names, None
+
+
+def test_gltf_and_fbx_carry_the_correctives_and_their_driven_weights(scene):
+    """Both exporters write the corr_ morph targets and bake the drivers' values into the
+    exported animation themselves (glTF samples every frame; FBX bakes the scene's animation
+    when "All Actions" is off): a game engine plays the corrected rig from the file alone."""
     from blender_addon import corrective_keys
     obj = scene["object"]
     _, _, path = _rig_and_file(scene, "export.npz")
     names = corrective_keys.add_from_file(bpy.context, obj, path)[0]
+    blocks = obj.data.shape_keys.key_blocks
+    for frame, (jaw, smile) in ((1, (0.0, 0.0)), (10, (0.8, 0.5))):
+        for name, value in (("jawOpen", jaw), ("mouthSmile_L", smile), ("mouthPucker", 0.25)):
+            blocks[name].value = value
+            blocks[name].keyframe_insert("value", frame=frame)
+    bpy.context.scene.frame_start, bpy.context.scene.frame_end = 1, 10
+    expected = {"jawOpen": 0.8, "mouthSmile_L": 0.5, "corr_jawOpen": 0.8, "corr_jawOpen__jawOpen": 0.64,
+                "corr_jawOpen__mouthSmile_L": 0.4, "corr_mouthSmile_L__mouthPucker": 0.125,
+                "corr_jawOpen__mouthPucker": 0.2, "corr_mouthPucker__mouthPucker": 0.0625}
     bpy.ops.object.select_all(action='DESELECT')
     obj.select_set(True)
-    gltf = scene["folder"] / "face.gltf"
-    assert bpy.ops.export_scene.gltf(filepath=str(gltf), export_format='GLTF_SEPARATE', use_selection=True,
-                                     export_morph=True) == {'FINISHED'}
-    document = json.loads(gltf.read_text())
-    targets = document["meshes"][0]["extras"]["targetNames"]
-    assert set(names) <= set(targets) and set(USER_KEYS) <= set(targets)
-    fbx = scene["folder"] / "face.fbx"
-    assert bpy.ops.export_scene.fbx(filepath=str(fbx), use_selection=True, bake_anim=False) == {'FINISHED'}
-    content = fbx.read_bytes()
-    assert all(name.encode() in content for name in names)
-    corrective_keys.remove_corrective_keys(obj)
+    try:
+        gltf = scene["folder"] / "face.gltf"
+        assert bpy.ops.export_scene.gltf(filepath=str(gltf), export_format='GLTF_SEPARATE', use_selection=True,
+                                         export_morph=True, export_animations=True) == {'FINISHED'}
+        targets, weights = _gltf_weights(gltf)
+        assert set(names) <= set(targets) and set(USER_KEYS) <= set(targets)
+        exported = dict(zip(targets, weights))
+        for name, value in expected.items():
+            assert exported[name] == pytest.approx(value, abs=1e-6), name
+        fbx = scene["folder"] / "face.fbx"
+        assert bpy.ops.export_scene.fbx(filepath=str(fbx), use_selection=True, bake_anim=True,
+                                        bake_anim_use_all_actions=False, bake_anim_use_nla_strips=False) == {'FINISHED'}
+        before = set(bpy.data.objects)
+        assert bpy.ops.import_scene.fbx(filepath=str(fbx)) == {'FINISHED'}
+        imported = next(o for o in set(bpy.data.objects) - before if o.type == 'MESH')
+        bpy.context.scene.frame_set(1)
+        imported_blocks = imported.data.shape_keys.key_blocks
+        start = {name: imported_blocks[name].value for name in expected}
+        assert all(value == pytest.approx(0.0, abs=1e-6) for name, value in start.items()
+                   if "mouthPucker" not in name)
+        bpy.context.scene.frame_set(10)
+        # The file's own values, which FBX's frame timing may shift a little: the corrective
+        # weights must be the products of the user weights the file carries.
+        value = {name: block.value for name, block in imported_blocks.items()}
+        assert value["jawOpen"] > 0.5
+        assert value["corr_jawOpen__mouthSmile_L"] == pytest.approx(value["jawOpen"] * value["mouthSmile_L"], abs=1e-3)
+        assert value["corr_jawOpen__jawOpen"] == pytest.approx(value["jawOpen"] ** 2, abs=1e-3)
+        for created in set(bpy.data.objects) - before:
+            bpy.data.objects.remove(created)
+    finally:
+        obj.data.shape_keys.animation_data_clear()
+        bpy.context.scene.frame_set(1)
+        corrective_keys.remove_corrective_keys(obj)
