@@ -55,8 +55,10 @@ def read_npz(path, keys: Optional[Collection[str]] = None) -> Dict[str, np.ndarr
     return arrays
 
 
-def write_npz_atomically(path, arrays: Dict[str, np.ndarray], compressed: bool = True) -> None:
-    """Write to a temporary file beside `path`, fsync it, then swap it in with os.replace."""
+def write_npz_atomically(path, arrays: Dict[str, np.ndarray], compressed: bool = True, streamed=None) -> None:
+    """Write to a temporary file beside `path`, fsync it, then swap it in with os.replace.
+    `streamed` {name: source} adds members too large to hold at once: a source has `shape`,
+    `dtype` and `chunks()`, its leading-axis pieces in order (physics/skin_store.py)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     temp_path = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -65,7 +67,10 @@ def write_npz_atomically(path, arrays: Dict[str, np.ndarray], compressed: bool =
     descriptor = os.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(descriptor, "wb") as stream:
-            (np.savez_compressed if compressed else np.savez)(stream, **arrays)
+            if streamed:
+                _write_members(stream, arrays, streamed, compressed)
+            else:
+                (np.savez_compressed if compressed else np.savez)(stream, **arrays)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temp_path, path)
@@ -73,3 +78,25 @@ def write_npz_atomically(path, arrays: Dict[str, np.ndarray], compressed: bool =
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_path)
         raise
+
+
+def _write_members(stream, arrays, streamed, compressed: bool) -> None:
+    """What np.savez writes (one `<name>.npy` member per array, ZIP64), plus the streamed ones
+    written a chunk at a time."""
+    compression = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+    with zipfile.ZipFile(stream, mode="w", compression=compression, allowZip64=True) as archive:
+        for name, value in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+        for name, source in streamed.items():
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(source.dtype)), "fortran_order": False,
+                      "shape": tuple(int(size) for size in source.shape)}
+            written = 0
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array_header_1_0(member, header)
+                for chunk in source.chunks():
+                    chunk = np.ascontiguousarray(chunk, dtype=source.dtype)
+                    member.write(chunk.tobytes())
+                    written += len(chunk)
+            if written != header["shape"][0]:
+                raise ValueError(f"{name}: {written} rows streamed, {header['shape'][0]} promised")

@@ -863,6 +863,8 @@ def test_a_cancelled_bake_resumes_to_the_uninterrupted_result(tmp_path, few_shap
     with np.load(stopped / ".result.partial" / "state.npz", allow_pickle=False) as state:
         done = int(state["frames_done"])
     assert 4 <= done < frames and not (stopped / "result.npz").exists()
+    # The solved skin waits on disk in full precision (physics/skin_store.py), not in the .pc2 alone.
+    assert (stopped / ".result.partial" / ".result.skin.npy").is_file()
 
     job = json.loads((stopped / "job.json").read_text())
     (stopped / "job.json").write_text(json.dumps({**job, "settings": {**job["settings"], "resume": True,

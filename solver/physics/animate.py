@@ -15,6 +15,7 @@ cancel leaves every finished frame playable.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +31,12 @@ from .inputs import ActivationInput, MapsInput
 from .maps import MapSettings, MaterialMaps, material_maps, painted_multiplier
 from .simulator import FaceSimulator, SimulationSettings
 from .skin_filter import SkinFilter
+from .skin_store import SkinStore, StoredArray
 
 
 @dataclass
 class AnimationResult:
-    skin_positions: np.ndarray      # (T,V,3)
+    skin_positions: np.ndarray      # (T,V,3), or a StoredArray read from RESULT.npz when used
     converged: np.ndarray           # (T,) bool
     newton_iterations: np.ndarray   # (T,) int
     frame_seconds: np.ndarray       # (T,)
@@ -102,7 +104,6 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     simulator = FaceSimulator(model, settings, overrides, collisions=collisions)
     frames = activations.frame_count
     skin_count = len(model["skin_vertices"])
-    skin = np.empty((frames, skin_count, 3))
     records = {"converged": np.zeros(frames, dtype=bool), "newton_iterations": np.zeros(frames, dtype=np.int64),
                "frame_seconds": np.zeros(frames), "skull_transforms": np.zeros((frames, 4, 4)),
                "jaw_transforms": np.zeros((frames, 4, 4)), "penetration_depth_max": np.zeros(frames),
@@ -112,18 +113,23 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     filtering = skin_filter is not None and rig_offset is not None
     rest_skin = np.asarray(model["skin_vertices"], dtype=np.float64)
     cache_path = result_path.with_suffix(".pc2")
-    first = 0
-    if resume:
-        first, snapshot, saved, factor = checkpoint.load()
-        simulator.resume(snapshot, factor)
-        for name, values in saved.items():
-            if name in records:
-                records[name][:first] = values
-        skin[:first] = read_pc2(cache_path)[0][:first] * cache_metres_per_unit
-        cache = Pc2Writer.continue_after(cache_path, skin_count, first)
-    else:
-        cache = Pc2Writer(cache_path, skin_count, start_frame=cache_start_frame)
-    with cache:
+    with contextlib.ExitStack() as closing:
+        # The skin goes to disk frame by frame (skin_store.py): memory stays flat however long the take.
+        store = closing.enter_context(SkinStore(result_path.with_name(f".{result_path.stem}.skin.npy"), frames,
+                                                skin_count, resume=resume))
+        first = 0
+        if resume:
+            first, snapshot, saved, factor = checkpoint.load()
+            simulator.resume(snapshot, factor)
+            for name, values in saved.items():
+                if name in records:
+                    records[name][:first] = values
+            if not store.reopened:          # a partial bake from before the store: its .pc2, in float32
+                for frame, positions in enumerate(read_pc2(cache_path)[0][:first]):
+                    store.write(frame, positions * cache_metres_per_unit)
+            cache = closing.enter_context(Pc2Writer.continue_after(cache_path, skin_count, first))
+        else:
+            cache = closing.enter_context(Pc2Writer(cache_path, skin_count, start_frame=cache_start_frame))
         for frame in range(first, frames):
             detail = None if skin_detail is None else skin_detail[frame]
             # With a scene the contacts hold the skin *with* its detail out of the colliders.
@@ -137,22 +143,23 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
             ratios = np.linalg.det(simulator.elasticity.deformation_gradients(step.positions))
             records["inverted_tets"][frame] = int((ratios <= 0.0).sum())
             records["smallest_volume_ratio"][frame] = float(ratios.min(initial=1.0))
-            skin[frame] = simulator.displayed_skin(detail)
+            skin = simulator.displayed_skin(detail)
             filter_started = time.perf_counter()
             if filtering:
                 head = activations.head_transforms[frame]
                 rig = (rest_skin + rig_offset[frame]) @ head[:3, :3].T + head[:3, 3]
                 pose = BonePose(step.skull_transform, step.jaw_transform, frame)
-                filtered = skin_filter.apply_in_scene(skin[frame], rig, collisions, pose, settings.contact_tolerance)
-                skin[frame] = filtered.skin
+                filtered = skin_filter.apply_in_scene(skin, rig, collisions, pose, settings.contact_tolerance)
+                skin = filtered.skin
                 records["filter_pinned"][frame] = filtered.held_by_colliders
                 records["filter_guarded"][frame] = filtered.guarded
                 if collisions is not None:      # the written skin's own depth, as the filter keeps it out
-                    records["penetration_depth_max"][frame] = collisions.measure(skin[frame], pose,
+                    records["penetration_depth_max"][frame] = collisions.measure(skin, pose,
                                                                                  shown=True).max_depth_m
             records["converged"][frame], records["newton_iterations"][frame] = step.converged, step.iterations
             records["frame_seconds"][frame] = step.seconds + (time.perf_counter() - filter_started)
-            cache.append(skin[frame] / cache_metres_per_unit)
+            store.write(frame, skin)
+            cache.append(skin / cache_metres_per_unit)
             if checkpoint is not None:
                 linear = simulator.solver.linear_solver
                 checkpoint.save(frame + 1, simulator.snapshot(), records, (linear.factorisations, linear.kept_factor))
@@ -164,7 +171,11 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
                           "penetration_depth_max_mm": round(1e3 * records["penetration_depth_max"][frame], 4),
                           "contacts": int(step.contacts), "collision_rounds": int(step.collision_rounds)}),
                       **({} if step.converged else {"reason": step.reason})})
-    result = AnimationResult(skin_positions=skin, fps=float(activations.fps), **records)
-    write_npz_atomically(result_path, result.arrays())
+        result = AnimationResult(skin_positions=StoredArray(result_path, "skin_positions", store.shape),
+                                 fps=float(activations.fps), **records)
+        arrays = result.arrays()
+        del arrays["skin_positions"]
+        write_npz_atomically(result_path, arrays, streamed={"skin_positions": store})
+    store.path.unlink()
     return result
 
