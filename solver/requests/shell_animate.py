@@ -13,8 +13,8 @@ RESULT.npz has animate's arrays (solver/physics/animate.py, docs/addon.md): `ski
 (T, V, 3) metres on the rig's vertices (warp + detail, Eq. 14, moved by the head transform),
 `converged` (all true: a shell frame is a fixed number of direct solves), `newton_iterations`
 (the frame's sub-steps, one solve each), `frame_seconds`, `fps`, `skull_transforms` (the head
-transforms), `jaw_transforms` (identity), `penetration_depth_max` (deepest coarse shell vertex
-inside a collider after the frame, metres), `contacts` (coarse vertices the colliders moved in
+transforms), `jaw_transforms` (identity), `penetration_depth_max` (deepest skin vertex inside a
+collider after the frame, metres: where the max depth holds the shell in), `contacts` (coarse vertices the colliders moved in
 the frame's last sub-step), and zeros for the volumetric model's `inverted_tets`,
 `filter_pinned`, `filter_guarded` (ones for `smallest_volume_ratio`).
 
@@ -142,6 +142,7 @@ def run_shell_animate(request: ShellAnimateRequest, report) -> dict:
     from ..npz_files import write_npz_atomically
     from ..pc2 import Pc2Writer
     from ..physics.animate import AnimationResult
+    from ..physics.skin_store import SkinStore
     from ..shell.colliders import signed_distance_m
     from ..shell.forward import ShellSimulator
     shell = _with_stiffness(_load_shell(request.shell), request.stiffness)
@@ -162,12 +163,13 @@ def run_shell_animate(request: ShellAnimateRequest, report) -> dict:
         shutil.rmtree(workspace)
     workspace.mkdir()
     fine_count = len(shell.fine_rest_m)
-    skin = np.zeros((frames, fine_count, 3))
     records = {"converged": np.ones(frames, bool), "newton_iterations": np.zeros(frames, np.int64),
                "frame_seconds": np.zeros(frames), "penetration_depth_max": np.zeros(frames),
                "contacts": np.zeros(frames, np.int64)}
     every = max(1, frames // 20)
-    with Pc2Writer(workspace / "result.pc2", fine_count, start_frame=request.cache_start_frame) as cache:
+    # The skin goes to disk frame by frame (physics/skin_store.py), as animate's does.
+    with SkinStore(workspace / ".result.skin.npy", frames, fine_count) as store, \
+            Pc2Writer(workspace / "result.pc2", fine_count, start_frame=request.cache_start_frame) as cache:
         for frame in range(frames):
             frame_started = time.perf_counter()
             head = heads[frame]
@@ -177,23 +179,25 @@ def run_shell_animate(request: ShellAnimateRequest, report) -> dict:
             # The first frame starts at its own pose (reset), so it has nothing to catch up on.
             substeps = simulator.step(weights[frame], colliders, dt=1.0 / fps) if frame else 0
             local = simulator.fine_positions_m()
-            skin[frame] = local @ head[:3, :3].T + head[:3, 3]
+            skin = local @ head[:3, :3].T + head[:3, 3]
+            store.write(frame, skin)
             records["frame_seconds"][frame] = time.perf_counter() - frame_started
             records["newton_iterations"][frame] = substeps
             records["contacts"][frame] = simulator.contacts
-            if colliders:
-                coarse_m = simulator.coarse_positions * shell.face_height_m
-                deepest = max(float(-signed_distance_m(collider, coarse_m).min(initial=np.inf)) for collider in colliders)
+            if colliders:       # the written skin's own depth (in the head's frame, as the colliders now are)
+                deepest = max(float(-signed_distance_m(collider, local).min(initial=np.inf)) for collider in colliders)
                 records["penetration_depth_max"][frame] = max(deepest, 0.0)
-            cache.append(skin[frame] / request.cache_metres_per_unit)
+            cache.append(skin / request.cache_metres_per_unit)
             if (frame + 1) % every == 0 or frame + 1 == frames:
                 report.progress(f"frame {frame + 1}/{frames}: {substeps} sub-steps, "
                                 f"{1e3 * records['frame_seconds'][frame]:.2f} ms",
                                 fraction=round((frame + 1) / frames, 4), frame=frame + 1, frames=frames)
-    result = AnimationResult(skin_positions=skin, fps=float(fps), skull_transforms=heads,
-                             **{key: records[key] for key in ("converged", "newton_iterations", "frame_seconds",
-                                                              "penetration_depth_max", "contacts")})
-    write_npz_atomically(workspace / "result.npz", result.arrays())
+        result = AnimationResult(skin_positions=None, fps=float(fps), skull_transforms=heads,
+                                 **{key: records[key] for key in ("converged", "newton_iterations", "frame_seconds",
+                                                                  "penetration_depth_max", "contacts")})
+        arrays = result.arrays()
+        del arrays["skin_positions"]
+        write_npz_atomically(workspace / "result.npz", arrays, streamed={"skin_positions": store})
     output, cache_path = request.output, request.output.with_suffix(".pc2")
     os.replace(workspace / "result.pc2", cache_path)
     os.replace(workspace / "result.npz", output)
@@ -206,5 +210,5 @@ def run_shell_animate(request: ShellAnimateRequest, report) -> dict:
     if colliders:
         deepest_mm = 1e3 * float(records["penetration_depth_max"].max(initial=0.0))
         summary["penetration_depth_max_mm"] = round(deepest_mm, 4)
-        summary["message"] += f"; deepest shell vertex inside a collider {deepest_mm:.2f} mm"
+        summary["message"] += f"; deepest skin vertex inside a collider {deepest_mm:.2f} mm"
     return summary
