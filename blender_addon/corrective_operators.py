@@ -5,7 +5,7 @@ import bpy
 from bpy.props import EnumProperty, FloatProperty, StringProperty
 
 from . import corrective_jobs, corrective_keys
-from .job_operator import SolverJobOperator, built_model_poll
+from .job_operator import SolverJobOperator, built_model_poll, first_refusal
 from .workflow import fit_file, skin_object
 
 
@@ -38,12 +38,8 @@ class FACE_PHYSICS_OT_build_correctives(SolverJobOperator, bpy.types.Operator):
 
     @classmethod
     def poll(cls, context):
-        if not built_model_poll(cls, context):
-            return False
-        if not fit_file(skin_object(context)):
-            cls.poll_message_set("Fit the shape keys first (Fit panel)")
-            return False
-        return True
+        return built_model_poll(cls, context) and first_refusal(
+            cls, [(fit_file(skin_object(context)), "Fit the shape keys first (Fit panel)")])
 
     def start(self, context):
         obj = skin_object(context)
