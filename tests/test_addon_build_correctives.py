@@ -1,6 +1,7 @@
 """Build Correctives from Blender (issue 42): the real bpy module, the real solver child. The demo
-head (~3,000 tets) is built and two keys fitted; the build adds driven corr_ keys, stores CORR.npz
-and the solved samples beside the .blend, and a rebuild reuses every stored sample."""
+head (~3,000 tets) is built and two keys fitted; a cancelled build keeps what it solved and changes
+nothing; the build adds driven corr_ keys, stores CORR.npz and the solved samples beside the
+.blend, and a rebuild reuses every stored sample."""
 from __future__ import annotations
 
 import os
@@ -55,11 +56,30 @@ def _samples(folder: Path) -> dict:
     return {path.name: path.stat().st_mtime_ns for path in folder.iterdir()} if folder.is_dir() else {}
 
 
+def test_a_cancelled_build_keeps_what_it_solved_and_changes_nothing(fitted):
+    from blender_addon import api, storage
+    from blender_addon.api import FacePhysicsError
+    obj = fitted["object"]
+
+    def cancel_after_the_first_chain(job):
+        if "samples solved" in job.message:
+            job.cancel()
+
+    with pytest.raises(FacePhysicsError, match="cancelled"):
+        api.build_correctives(obj, keys=KEYS, on_progress=cancel_after_the_first_chain)
+    assert any(name.endswith(".npz") for name in _samples(storage.correctives_samples_path(obj)))
+    assert not storage.correctives_path(obj).exists()
+    assert {block.name for block in obj.data.shape_keys.key_blocks} == set(fitted["user_keys"])
+
+
 def test_build_correctives_adds_driven_keys_and_keeps_the_samples(fitted):
     from blender_addon import api, storage
     from blender_addon.corrective_keys import our_key_names
     obj = fitted["object"]
-    added = api.build_correctives(obj, keys=KEYS)
+    messages = []
+    added = api.build_correctives(obj, keys=KEYS, on_progress=lambda job: messages.append(job.message))
+    # The cancelled build's chains are not simulated again.
+    assert any("already solved, skipped" in message and not message.startswith("0 of") for message in messages)
     assert added and set(added) == set(our_key_names(obj))
     assert {"corr_jawOpen", "corr_jawOpen__jawOpen", "corr_mouthSmile_L"} <= set(added)
     corr = storage.correctives_path(obj)
