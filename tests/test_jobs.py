@@ -200,7 +200,8 @@ def test_sigterm_cancels_cleanly_and_keeps_the_previous_result(tmp_path, small_m
     # Only the partial folder is left: the finished frames and the state a resume continues from.
     assert [name for name in os.listdir(job_dir) if name.startswith(".")] == [".result.partial"]
     kept = sorted(os.listdir(job_dir / ".result.partial"))
-    assert kept[-2:] == ["result.pc2", "state.npz"] and all(name.startswith("factor_") for name in kept[:-2])
+    assert kept[0] == ".result.skin.npy" and kept[-2:] == ["result.pc2", "state.npz"]
+    assert all(name.startswith("factor_") for name in kept[1:-2])
 
 
 def test_a_file_planted_where_the_result_is_written_is_not_followed(tmp_path, small_model):
