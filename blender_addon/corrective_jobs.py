@@ -40,13 +40,10 @@ def start_correctives_job(operator, context, obj, scope: str = 'ALL', keys_text:
     missing = sorted(set(keys or ()) - fitted)
     if missing:
         raise ValueError(f"{', '.join(missing)}: not in the fit; fit them first (Fit panel) or leave them out")
-    settings = obj.face_physics
-    collisions = [kind for kind, wanted in (("teeth", settings.teeth_contact), ("lips", settings.lip_contact))
-                  if wanted]
     job_dir = job_files.new_job_folder()
     job_files.write_correctives_job(job_dir, workflow.model_file(obj), workflow.fit_file(obj), rig, keys,
-                                    settings.fit_processes if processes is None else processes, threshold_mm,
-                                    collisions, stored_samples=samples)
+                                    obj.face_physics.fit_processes if processes is None else processes, threshold_mm,
+                                    scene_export.collision_kinds(obj), stored_samples=samples)
     count = len(fitted) if keys is None else len(keys)
     return Job(f"correctives of {count} shape key{'s' * (count != 1)}",
                solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)

@@ -494,13 +494,18 @@ def fat_settings(obj) -> dict:
             "diffusion_spread_m": 1e-3 * float(settings.diffusion_spread_mm)}
 
 
+def collision_kinds(obj) -> List[str]:
+    """The Collisions panel's contacts as the solver names them (animate, correctives)."""
+    settings = obj.face_physics
+    return [kind for kind, wanted in (("teeth", settings.teeth_contact), ("lips", settings.lip_contact)) if wanted]
+
+
 def simulation_settings(context, obj, with_fit: bool) -> dict:
     """The animate job's settings (docs/addon.md, job protocol)."""
     settings = obj.face_physics
     result = {"dynamic": settings.dynamics == 'DYNAMIC', "substeps": int(settings.substeps),
               "gravity": bool(settings.gravity), "wind": wind_velocity(obj), **fat_settings(obj)}
-    collisions = [kind for kind, wanted in (("teeth", settings.teeth_contact), ("lips", settings.lip_contact))
-                  if wanted]
+    collisions = collision_kinds(obj)
     result["collisions"] = collisions
     if collisions or collider_objects(obj):
         result["contact_solver"] = settings.contact_solver.lower()
