@@ -50,6 +50,12 @@ class AnimationResult:
     filter_pinned: np.ndarray = None         # (T,) vertices the skin filter pinned (collisions)
     filter_guarded: np.ndarray = None        # (T,) vertices the skin filter's fold guard held flat
 
+    def write_streaming_skin(self, path, store) -> None:
+        """RESULT.npz with the skin streamed from a SkinStore (skin_store.py) instead of held."""
+        arrays = self.arrays()
+        del arrays["skin_positions"]
+        write_npz_atomically(path, arrays, streamed={"skin_positions": store})
+
     def arrays(self) -> dict:
         frames = len(self.converged)
         identity = np.tile(np.eye(4), (frames, 1, 1))
@@ -173,9 +179,7 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
                       **({} if step.converged else {"reason": step.reason})})
         result = AnimationResult(skin_positions=StoredArray(result_path, "skin_positions", store.shape),
                                  fps=float(activations.fps), **records)
-        arrays = result.arrays()
-        del arrays["skin_positions"]
-        write_npz_atomically(result_path, arrays, streamed={"skin_positions": store})
+        result.write_streaming_skin(result_path, store)
     store.path.unlink()
     return result
 

@@ -139,7 +139,6 @@ def partial_folder(output: Path) -> Path:
 def run_shell_animate(request: ShellAnimateRequest, report) -> dict:
     """Simulate the request and write RESULT.npz and its .pc2 (module docstring); the summary:
     outputs (paths), frames, message and, with colliders, penetration_depth_max_mm."""
-    from ..npz_files import write_npz_atomically
     from ..pc2 import Pc2Writer
     from ..physics.animate import AnimationResult
     from ..physics.skin_store import SkinStore
@@ -195,9 +194,7 @@ def run_shell_animate(request: ShellAnimateRequest, report) -> dict:
         result = AnimationResult(skin_positions=None, fps=float(fps), skull_transforms=heads,
                                  **{key: records[key] for key in ("converged", "newton_iterations", "frame_seconds",
                                                                   "penetration_depth_max", "contacts")})
-        arrays = result.arrays()
-        del arrays["skin_positions"]
-        write_npz_atomically(workspace / "result.npz", arrays, streamed={"skin_positions": store})
+        result.write_streaming_skin(workspace / "result.npz", store)
     output, cache_path = request.output, request.output.with_suffix(".pc2")
     os.replace(workspace / "result.pc2", cache_path)
     os.replace(workspace / "result.npz", output)
