@@ -7,8 +7,11 @@ WEIGHTS -o RESULT` as a child process with a timeout, and samples the child's re
 resident memory after the first tenth of the frames and at the last one, the growth per 1,000
 frames (least squares over the samples after the first tenth), seconds per frame, mesh sizes and
 the commit. Target (issue 41): peak ≤ 1.5 GB on ICT 35k, flat over a 2,000-frame bake.
+`--stop-after N` ends the bake after N frames and prints the peak so far: what a long take costs
+before its frames run (its inputs, the solver's set-up), without baking all of it.
 
     .venv/bin/python bench/animate_memory.py --model MODEL.npz --fit FIT.npz [--frames 2000] [--collisions teeth,lips]
+                                             [--stop-after N]
 """
 from __future__ import annotations
 
@@ -68,6 +71,8 @@ def main():
     parser.add_argument("--strength", type=float, default=1.0,
                         help="scales every weight: memory does not depend on it, the seconds a frame do")
     parser.add_argument("--timeout", type=float, default=6 * 3600.0, help="seconds the bake may take")
+    parser.add_argument("--stop-after", type=int, default=0,
+                        help="end the bake after this many frames and print the peak so far (0: bake them all)")
     args = parser.parse_args()
     with np.load(args.fit, allow_pickle=False) as fit:
         names = [str(name) for name in fit["shape_key_names"]]
@@ -109,6 +114,14 @@ def main():
         if np.isfinite(rss):
             samples.append((frames_done[0], rss))
             peak[0] = max(peak[0], hwm)
+        if args.stop_after and frames_done[0] >= args.stop_after:
+            child.kill()
+            child.wait(timeout=60)
+            first = next((mb for frame, mb in samples if frame >= 1), float("nan"))
+            print(f"stopped after {frames_done[0]} of {args.frames} frames: peak resident memory {peak[0]:.0f} MB, "
+                  f"{first:.0f} MB at the first frame; {np.median(seconds):.2f} s a frame median; "
+                  f"wall {time.monotonic() - started:.0f} s")
+            return
         time.sleep(0.25)
     reader.join(timeout=10)
     if child.returncode != 0:

@@ -745,3 +745,31 @@ def test_blending_past_what_tissue_can_do_is_refused(demo_model, membership):
            "jaw": np.zeros((1, 5)), "detail_residual": np.zeros((1, len(demo_model["skin_vertices"]), 3))}
     with pytest.raises(AnimationInputError, match="within \\[0, 1\\]"):
         blend(fit, np.array([[3.0]]), 24.0, np.eye(4)[None])
+
+
+def test_a_long_take_is_blended_a_frame_at_a_time_and_checked_throughout(demo_model, membership):
+    """The activations of a take are made when a frame is asked for (blend.FrameActivations), each
+    frame as the whole-take blend has it; the checks still see every frame, past the first
+    CHUNK_FRAMES: a refusal names its own frame, and held tets are counted where they are."""
+    from solver.inverse.blend import CHUNK_FRAMES, FrameActivations
+    neutral = neutral_activations(membership.active_count)
+    halved = neutral * [0.5, 1, 1, 0, 0, 0]
+    fit = {"neutral_activations": neutral, "activations": np.stack([halved, halved]), "jaw": np.zeros((2, 5)),
+           "detail_residual": np.zeros((2, len(demo_model["skin_vertices"]), 3))}
+    frames = 2 * CHUNK_FRAMES + 10
+    weights = np.tile(np.linspace(0.0, 0.4, frames)[:, None], (1, 2))
+    weights[CHUNK_FRAMES + 7] = 1.0                        # 1 − ½ − ½ = 0: held at the blend floor
+    heads = np.broadcast_to(np.eye(4), (frames, 4, 4))
+    played = blend(fit, weights, 24.0, heads)
+    activations = played.activations.activations
+    assert isinstance(activations, FrameActivations) and activations.shape == (frames, len(neutral), 6)
+    assert np.flatnonzero(played.held_tets).tolist() == [CHUNK_FRAMES + 7]
+    whole = np.asarray(activations)
+    for frame in (0, CHUNK_FRAMES - 1, CHUNK_FRAMES + 7, frames - 1):
+        np.testing.assert_array_equal(activations[frame], whole[frame])
+    np.testing.assert_allclose(activations[-1], neutral + 0.4 * 2 * (halved - neutral), atol=1e-15)
+    assert np.linalg.eigvalsh(symmetric_from_vector(activations[CHUNK_FRAMES + 7])).min() == \
+        pytest.approx(BLEND_MIN_EIGENVALUE)
+    weights[CHUNK_FRAMES + 20] = [1.5, 0.6]                # extrapolates past what tissue can do
+    with pytest.raises(AnimationInputError, match=f"frame {CHUNK_FRAMES + 20}, active tet 0"):
+        blend(fit, weights, 24.0, heads)

@@ -11,7 +11,8 @@ The detail is added to the simulated skin afterwards, so a rig played without ex
 effects reproduces its shape keys exactly where the coarse tet mesh cannot; it is switchable.
 The plain rig's own offset Σ_j w_j Δ_j (FIT.npz `shape_key_deltas`, fits made since issue 37) is
 what the skin filter (physics/skin_filter.py) measures the simulation's deviation against.
-Both are evaluated frame by frame (`ShapeKeyFrames`), so a long shot never holds a (T, V, 3) array.
+These, and the activations themselves (`FrameActivations`), are evaluated frame by frame, so a
+long shot holds neither a (T, V, 3) nor a (T, A, 6) array (the latter 240 KB a frame on ICT).
 Names in the weights that the fit does not have are an error (a typo would silently drop a
 shape); shapes of the fit missing from the weights get weight 0.
 
@@ -29,8 +30,9 @@ activations are a difference; keying it alone is a keying mistake the message na
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -42,6 +44,41 @@ from ..physics.inputs import (DEFAULT_FPS, ActivationInput, AnimationInputError,
 
 WEIGHT_KEYS = ("names", "weights", "fps", "head_transforms")
 BLEND_MIN_EIGENVALUE = MIN_ACTIVATION_EIGENVALUE ** 2
+CHUNK_FRAMES = 64     # frames a whole-take check blends at once: 15 MB on ICT's 5,003 muscle tets
+
+
+class FrameActivations:
+    """(T, A, 6) activation vectors made when frames are asked for: `make(start, stop)` gives
+    frames start … stop − 1. `activations[t]` is one frame, `activations[a:b]` a run, `chunks()`
+    walks the take CHUNK_FRAMES at a time, `np.asarray(activations)` makes all of them."""
+
+    def __init__(self, frame_count: int, active_count: int, make: Callable[[int, int], np.ndarray]):
+        self.shape = (frame_count, active_count, 6)
+        self._make = make
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                raise IndexError("activation frames are made in runs; step through them one by one")
+            return self._make(start, max(start, stop))
+        frame = operator.index(index)
+        frame += len(self) if frame < 0 else 0
+        if not 0 <= frame < len(self):
+            raise IndexError(f"frame {index} of {len(self)}")
+        return self._make(frame, frame + 1)[0]
+
+    def chunks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first frame, frames (n, A, 6)) over the whole take."""
+        for start in range(0, len(self), CHUNK_FRAMES):
+            yield start, self[start:start + CHUNK_FRAMES]
+
+    def __array__(self, dtype=None, copy=None):
+        frames = self[:]
+        return frames if dtype is None else frames.astype(dtype)
 
 
 class ShapeKeyFrames:
@@ -116,14 +153,19 @@ def load_weights(path, fit) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
 def blend(fit, weights: np.ndarray, fps: float, head_transforms: np.ndarray, detail: bool = True) -> BlendedAnimation:
     neutral = fit["neutral_activations"]
     offsets = fit["activations"] - neutral                                    # (K, A, 6)
-    activations = neutral + np.einsum("tk,kav->tav", weights, offsets)
-    activations, held = _held_at_blend_floor(fit, weights, activations)
+
+    def linear(start: int, stop: int) -> np.ndarray:
+        return neutral + np.einsum("tk,kav->tav", weights[start:stop], offsets)
+
+    held = _held_at_blend_floor(fit, weights, FrameActivations(len(weights), len(neutral), linear))
+    activations = FrameActivations(len(weights), len(neutral),
+                                   lambda start, stop: _raised_to_blend_floor(linear(start, stop)))
     jaw = weights @ fit["jaw"]
     residual = fit["detail_residual"] if detail else np.zeros((1,) + fit["detail_residual"].shape[1:])
     rig_offset = ShapeKeyFrames(weights, fit["shape_key_deltas"]) if "shape_key_deltas" in fit else None
     return BlendedAnimation(ActivationInput(jaw=jaw, head_transforms=head_transforms, activations=activations, fps=fps),
                             ShapeKeyFrames(weights if detail else np.zeros((len(weights), 1)), residual),
-                            held.sum(axis=1), rig_offset)
+                            held, rig_offset)
 
 
 def skin_filter_for(model, blended: BlendedAnimation, enabled: bool = True):
@@ -140,26 +182,40 @@ def skin_filter_for(model, blended: BlendedAnimation, enabled: bool = True):
     return SkinFilter.for_model(model), ""
 
 
-def _held_at_blend_floor(fit, weights: np.ndarray, activations: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(activations with every eigenvalue below BLEND_MIN_EIGENVALUE raised to it, (T, A) bool
-    where that was done); refuses the frames whose blend is not positive definite because they
-    extrapolate or key a context shape above its context (module docstring)."""
-    flat = below_eigenvalue(activations)
-    refusable = flat & ((weights < 0.0) | (weights > 1.0) | _context_keyed_above(fit, weights)).any(axis=1)[:, None]
-    if refusable.any():
-        frames = np.flatnonzero(refusable.any(axis=1))
-        refuse_not_positive_definite(refusable, "blended activations",
-                                     _context_advice(fit, weights[frames], frames)
+def _held_at_blend_floor(fit, weights: np.ndarray, linear: FrameActivations) -> np.ndarray:
+    """(T,) int: the muscle tets of each frame of the linear blend with an eigenvalue below
+    BLEND_MIN_EIGENVALUE (raised to it when played); refuses the frames whose blend is not positive
+    definite because they extrapolate or key a context shape above its context (module docstring)."""
+    refusable_frames = ((weights < 0.0) | (weights > 1.0) | _context_keyed_above(fit, weights)).any(axis=1)
+    held = np.zeros(len(weights), dtype=np.int64)
+    refused, first_refused = [], None
+    for start, activations in linear.chunks():
+        frames = slice(start, start + len(activations))
+        refusable = below_eigenvalue(activations) & refusable_frames[frames, None]
+        if refusable.any():
+            refused.extend(start + np.flatnonzero(refusable.any(axis=1)))
+            first_refused = (start, refusable) if first_refused is None else first_refused
+        held[frames] = below_eigenvalue(activations, BLEND_MIN_EIGENVALUE).sum(axis=1)
+    if first_refused is not None:
+        refused = np.array(refused)
+        refuse_not_positive_definite(first_refused[1], "blended activations",
+                                     _context_advice(fit, weights[refused], refused)
                                      + "Weights far outside [0, 1] (or strongly negative) extrapolate the fitted "
-                                       "activations past what tissue can do; keep weights within [0, 1].")
+                                       "activations past what tissue can do; keep weights within [0, 1].",
+                                     first_frame=first_refused[0])
+    return held
+
+
+def _raised_to_blend_floor(activations: np.ndarray) -> np.ndarray:
+    """The (n, A, 6) activations with every eigenvalue below BLEND_MIN_EIGENVALUE raised to it,
+    the eigenvectors kept."""
     held = below_eigenvalue(activations, BLEND_MIN_EIGENVALUE)
     if held.any():
-        activations = activations.copy()
         eigenvalues, eigenvectors = np.linalg.eigh(symmetric_from_vector(activations[held]))
         raised = np.einsum("nij,nj,nkj->nik", eigenvectors, np.maximum(eigenvalues, BLEND_MIN_EIGENVALUE),
                            eigenvectors)
         activations[held] = vector_from_symmetric(raised)
-    return activations, held
+    return activations
 
 
 def _context_keyed_above(fit, weights: np.ndarray) -> np.ndarray:
@@ -198,7 +254,6 @@ def with_muscle_layer(model, blended, layer: ActivationInput):
     the blend itself adds shapes: a = a_blend + (a_muscles − a_neut), jaw added likewise. A
     contraction of 1 adds nothing. `layer` is an ACTIVATIONS.npz of `muscle_contraction`."""
     from ..physics.activation import NEUTRAL_ACTIVATION, active_tet_indices, tet_activations
-    from ..physics.inputs import check_positive_definite
     if layer.muscle_contraction is None:
         raise AnimationInputError("muscle layer: on top of shape-key weights the activations file may only hold "
                                   "muscle_contraction (raw activations cannot be added to a blend). Fix: write "
@@ -210,12 +265,19 @@ def with_muscle_layer(model, blended, layer: ActivationInput):
         raise AnimationInputError("muscle layer: head_transforms belong in WEIGHTS.npz when a fit drives the "
                                   "animation. Fix: move them there.")
     active = active_tet_indices(model)
-    activations = np.array(blended.activations, dtype=np.float64)
-    for frame, contraction in enumerate(layer.muscle_contraction):
-        if np.any(contraction != 1.0):
-            activations[frame] += vector_from_symmetric(tet_activations(model, contraction)[active]) - \
-                NEUTRAL_ACTIVATION
-    check_positive_definite(activations, "muscle contractions on top of the shape-key blend",
-                            "Contractions this far from 1 on top of these shape keys flatten tissue; bring the "
-                            "contractions closer to 1.")
+    base = blended.activations
+
+    def layered(start: int, stop: int) -> np.ndarray:
+        activations = np.array(base[start:stop], dtype=np.float64)
+        for frame, contraction in enumerate(layer.muscle_contraction[start:stop]):
+            if np.any(contraction != 1.0):
+                activations[frame] += vector_from_symmetric(tet_activations(model, contraction)[active]) - \
+                    NEUTRAL_ACTIVATION
+        return activations
+
+    activations = FrameActivations(len(base), base.shape[1], layered)
+    for start, frames in activations.chunks():
+        refuse_not_positive_definite(below_eigenvalue(frames), "muscle contractions on top of the shape-key blend",
+                                     "Contractions this far from 1 on top of these shape keys flatten tissue; "
+                                     "bring the contractions closer to 1.", first_frame=start)
     return replace(blended, activations=activations, jaw=blended.jaw + layer.jaw)

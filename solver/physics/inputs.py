@@ -73,7 +73,7 @@ class ActivationInput:
     head_transforms: np.ndarray                       # (T, 4, 4), identity when the file has none
     muscle_contraction: Optional[np.ndarray] = None   # (T, m) γ
     muscle_names: Optional[np.ndarray] = None         # (m,) str, the columns of muscle_contraction
-    activations: Optional[np.ndarray] = None          # (T, A, 6)
+    activations: Optional[np.ndarray] = None          # (T, A, 6), or made frame by frame (inverse/blend.py)
     fps: float = DEFAULT_FPS
 
     @property
@@ -204,11 +204,12 @@ def check_positive_definite(activations, what: str, fix: str = "") -> None:
     refuse_not_positive_definite(below_eigenvalue(activations), what, fix)
 
 
-def refuse_not_positive_definite(not_positive_definite, what: str, fix: str = "") -> None:
-    """Raise AnimationInputError naming the first (frame, active tet) of the (T, A) mask, if any."""
+def refuse_not_positive_definite(not_positive_definite, what: str, fix: str = "", first_frame: int = 0) -> None:
+    """Raise AnimationInputError naming the first (frame, active tet) of the (T, A) mask, if any;
+    the mask's rows are frames first_frame, first_frame + 1, …"""
     if np.any(not_positive_definite):
         frame, tet = np.argwhere(not_positive_definite)[0]
-        raise AnimationInputError(f"{what}: frame {frame}, active tet {tet} is not positive definite; an "
+        raise AnimationInputError(f"{what}: frame {first_frame + frame}, active tet {tet} is not positive definite; an "
                                   f"activation stretches and squeezes but cannot flip or flatten tissue. "
                                   + (fix or "The neutral activation is (1, 1, 1, 0, 0, 0)."))
 
