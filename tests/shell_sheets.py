@@ -65,7 +65,7 @@ def shell_from_rig(rig, triangles: int) -> ShellModel:
     from solver.shell.detail import detail_corrections
     from solver.shell.remesh import remesh_skin
     from solver.shell.scale import face_height
-    from solver.shell.transfer import RigTransfer, smoothed_warp
+    from solver.shell.transfer import RigTransfer, smoothed_warp, smoothing_radius
     fine = np.asarray(rig.vertices, dtype=np.float64)
     fine_triangles = triangulate(np.asarray(rig.faces), fine)
     deltas = np.asarray(rig.shape_key_deltas, dtype=np.float64)
@@ -74,9 +74,8 @@ def shell_from_rig(rig, triangles: int) -> ShellModel:
     coarse = remesh_skin(fine, fine_triangles, triangles)
     transfer = RigTransfer.build(fine, fine_triangles, coarse.vertices, coarse.triangles, deltas)
     coarse_deltas = transfer.coarse_deltas(deltas)                       # metres
-    edge = np.median(np.linalg.norm(coarse.vertices[coarse.triangles] - np.roll(coarse.vertices[coarse.triangles], 1, 1),
-                                    axis=2))
-    warp = smoothed_warp(fine, fine_triangles, transfer.fine_from_coarse, settings.warp_smoothing * edge)
+    warp = smoothed_warp(fine, fine_triangles, transfer.fine_from_coarse,
+                         smoothing_radius(coarse.vertices, coarse.triangles, settings.warp_smoothing))
     # Eq. 13 against the coarse targets themselves (no fit, so no equilibria).
     detail = detail_corrections(deltas, warp, coarse_deltas / height, height, settings.detail_clip)
     n, count = len(coarse.vertices), len(fine)

@@ -10,7 +10,7 @@ from solver.geometry.closest_point import ClosestPointTree
 from solver.geometry.mesh_ops import icosphere, vertex_normals
 from solver.shell import depth
 from solver.shell.remesh import boundary_loops, mesh_quality, remesh_isotropic, remesh_skin, weld_coincident
-from solver.shell.transfer import RigTransfer, smoothed_warp
+from solver.shell.transfer import RigTransfer, smoothed_warp, smoothing_radius
 from tests.ict_data import ict_available, load_ict_rig
 
 # --------------------------------------------------------------------------- a sheet with a slit and two holes
@@ -200,9 +200,7 @@ def test_the_smoothed_warp_spreads_the_coarse_edges_kinks_and_keeps_translations
     vertices, triangles = _holed_sheet()
     coarse = remesh_isotropic(vertices, triangles, 150)
     plain = RigTransfer.build(vertices, triangles, coarse.vertices, coarse.triangles).fine_from_coarse
-    edge = float(np.median(np.linalg.norm(coarse.vertices[coarse.triangles[:, 0]]
-                                          - coarse.vertices[coarse.triangles[:, 1]], axis=1)))
-    smooth = smoothed_warp(vertices, triangles, plain, 0.5 * edge)
+    smooth = smoothed_warp(vertices, triangles, plain, smoothing_radius(coarse.vertices, coarse.triangles, 0.5))
     assert smooth.shape == plain.shape and smooth.data.min() >= 1e-3
     assert np.allclose(np.asarray(smooth.sum(axis=1)).ravel(), 1.0)
     assert np.diff(smooth.indptr).mean() > np.diff(plain.indptr).mean()
@@ -214,6 +212,18 @@ def test_the_smoothed_warp_spreads_the_coarse_edges_kinks_and_keeps_translations
     bent_plain = _largest_bend(vertices + plain @ bumps, triangles)
     bent_smooth = _largest_bend(vertices + smooth @ bumps, triangles)
     assert bent_smooth < 0.5 * bent_plain
+
+
+def test_the_smoothing_radius_is_a_share_of_the_median_coarse_edge_each_counted_once():
+    """A unit square fanned from its centre: four rim edges of 1 and four interior spokes of
+    √½. Counted once the median is (√½ + 1) / 2; counting each triangle's edges (the spokes
+    twice) would give √½."""
+    vertices = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0.5, 0.5, 0]], dtype=float)
+    triangles = np.array([[4, 0, 1], [4, 1, 2], [4, 2, 3], [4, 3, 0]])
+    median = (np.sqrt(0.5) + 1.0) / 2.0
+    assert smoothing_radius(vertices, triangles, 0.5) == pytest.approx(0.5 * median)
+    assert smoothing_radius(vertices * 3.0, triangles, 0.25) == pytest.approx(0.75 * median)
+    assert smoothing_radius(vertices, triangles, 0.0) == 0.0
 
 
 def test_the_smoothed_warp_does_not_reach_across_the_mouth_slit():

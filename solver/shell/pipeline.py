@@ -26,7 +26,7 @@ from .settings import ShellSettings
 from .shell_file import ShellModel
 from .stiffness_fit import FitResult, QuasiStaticProblem, fit_stiffness
 from .topology import ShellTopology
-from .transfer import RigTransfer, smoothed_warp
+from .transfer import RigTransfer, smoothed_warp, smoothing_radius
 
 # Shape keys whose names contain one of these are correctives (combinations fixed up on top of
 # other keys): paper 001 §4 fits the non-corrective keys only.
@@ -84,7 +84,7 @@ def build_shell(rig: FaceRig, triangles: int = 4000, settings: Optional[ShellSet
         equilibria[others] = shape_equilibria(topology, coarse_rest + coarse_deltas[others], prescribed,
                                               settings, fit)
     warp = smoothed_warp(fine_rest_m, fine_triangles, transfer.fine_from_coarse,
-                         settings.warp_smoothing * height * float(np.median(topology.edge_rest_length)))
+                         smoothing_radius(remeshed.vertices, coarse_triangles, settings.warp_smoothing))
     detail = detail_corrections(fine_deltas_m, warp, equilibria - coarse_rest, height, settings.detail_clip)
     fine_strain, fine_bending = (np.maximum(warp @ field, 0.0)
                                  for field in (fit.strain_stiffness, fit.bending_stiffness))

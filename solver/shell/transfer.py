@@ -171,6 +171,16 @@ def fine_weights_following_motion(fine_vertices, coarse_vertices, coarse_triangl
     return _weights_matrix(triangle_index, barycentric, coarse_triangles, len(coarse_vertices))
 
 
+def smoothing_radius(coarse_vertices, coarse_triangles, smoothing: float) -> float:
+    """The radius `smoothed_warp` averages over: `smoothing` (ShellSettings.warp_smoothing) times the
+    coarse mesh's median edge, each edge counted once, in the vertices' length unit."""
+    triangles = np.asarray(coarse_triangles, dtype=np.int64)
+    edges = np.unique(np.sort(np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]),
+                              axis=1), axis=0)
+    vertices = np.asarray(coarse_vertices, dtype=np.float64)
+    return smoothing * float(np.median(np.linalg.norm(vertices[edges[:, 0]] - vertices[edges[:, 1]], axis=1)))
+
+
 def smoothed_warp(fine_vertices, fine_triangles, fine_from_coarse, radius: float) -> scipy.sparse.csr_matrix:
     """(V × n) the warp `fine_from_coarse` averaged over each fine vertex's surface neighbourhood
     (module docstring): row j = Σ_i φ(d_ji) row_i / Σ_i φ(d_ji) over the fine vertices i within
