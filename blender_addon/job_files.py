@@ -59,10 +59,15 @@ def _write_job(job_dir: Path, command: str, inputs: dict, outputs: dict, setting
     return path
 
 
+def _write_rig(job_dir: Path, rig_arrays: Dict[str, np.ndarray]) -> None:
+    """The job's RIG_FILE: the face-rig keys of docs/face-rig-format.md, format version 1."""
+    _write_npz(job_dir / RIG_FILE, {**rig_arrays, "format_version": np.array(1, dtype=np.int64)})
+
+
 def write_build_job(job_dir, rig_arrays: Dict[str, np.ndarray], target_tets: int) -> Path:
     """A build-model job: `rig_arrays` are the face-rig keys of docs/face-rig-format.md."""
     job_dir = Path(job_dir)
-    _write_npz(job_dir / RIG_FILE, {**rig_arrays, "format_version": np.array(1, dtype=np.int64)})
+    _write_rig(job_dir, rig_arrays)
     return _write_job(job_dir, "build-model", {"rig": RIG_FILE}, {"model": MODEL_FILE},
                       {"target_tets": int(target_tets)})
 
@@ -88,7 +93,7 @@ def write_fit_job(job_dir, model_path, rig_arrays: Dict[str, np.ndarray], shapes
     `previous_fit`, the earlier FIT.npz whose other shapes the new fit keeps."""
     job_dir = Path(job_dir)
     place_model(job_dir, model_path)
-    _write_npz(job_dir / RIG_FILE, {**rig_arrays, "format_version": np.array(1, dtype=np.int64)})
+    _write_rig(job_dir, rig_arrays)
     inputs = {"model": MODEL_FILE, "rig": RIG_FILE}
     if previous_fit is not None:
         place_file(job_dir, previous_fit, PREVIOUS_FIT_FILE)
@@ -107,7 +112,7 @@ def write_correctives_job(job_dir, model_path, fit_path, rig_arrays: Dict[str, n
     job_dir = Path(job_dir)
     place_model(job_dir, model_path)
     place_file(job_dir, fit_path, FIT_FILE)
-    _write_npz(job_dir / RIG_FILE, {**rig_arrays, "format_version": np.array(1, dtype=np.int64)})
+    _write_rig(job_dir, rig_arrays)
     if stored_samples is not None and Path(stored_samples).is_dir():
         mirror_folder(stored_samples, job_dir / CORRECTIVES_SAMPLES)
     settings = {"jobs": int(processes), "threshold_mm": float(threshold_mm), "collisions": list(collisions)}
