@@ -141,6 +141,14 @@ def test_bad_input_is_refused_with_the_field_and_the_fix(built, demo_rig):
             from solver.requests.correctives import run_correctives
             run_correctives(CorrectivesRequest(**arguments), None)
         assert caught.value.field == field, (change, str(caught.value))
+    # A key fitted on top of another (as mouthClose on jawOpen) is sampled only with it.
+    on_top = dict(read_npz(folder / "fit.npz"), fit_context=np.array(["", "jawOpen"]))
+    write_npz_atomically(folder / "on_top_fit.npz", on_top)
+    with pytest.raises(RequestError, match="mouthSmile_L is fitted on top of jawOpen") as caught:
+        from solver.requests.correctives import run_correctives
+        run_correctives(CorrectivesRequest(**{**files, "fit": folder / "on_top_fit.npz"}, keys=("mouthSmile_L",),
+                                           output=folder / "other.npz"), None)
+    assert caught.value.field == "keys" and "add jawOpen to the keys" in str(caught.value)
     write_npz_atomically(folder / "weights.npz", {"names": np.array(KEYS), "weights": np.ones((1, 2))})
     with pytest.raises(CorrectivesFormatError, match="key_names: missing"):
         load_correctives(folder / "rig.npz")
@@ -162,3 +170,19 @@ def test_bad_input_is_refused_with_the_field_and_the_fix(built, demo_rig):
                                               "settings": {"jobs": 0}}))
     with pytest.raises(JobError, match="settings.jobs"):
         read_job(job)
+
+
+def test_a_key_fitted_on_top_of_another_is_never_sampled_above_it():
+    """mouthClose's activations are a difference to jawOpen's (FIT.npz fit_context): every chain
+    carries jawOpen at least as high, single samples on the diagonal, pair samples lifted onto it."""
+    from solver.correctives.samples import pair_chain, probe_chain, single_chain
+    keys, contexts = ["jawOpen", "mouthClose", "mouthSmile_L"], {"mouthClose": "jawOpen"}
+    single = single_chain(keys, "mouthClose", contexts).weights
+    np.testing.assert_array_equal(single[:, :2], np.array([[0.25, 0.25], [0.5, 0.5], [0.75, 0.75], [1.0, 1.0]]))
+    assert np.all(single[:, 2] == 0.0)
+    np.testing.assert_array_equal(probe_chain(keys, "mouthClose", ["mouthSmile_L"], contexts).weights, [[1, 1, 1]])
+    pair = pair_chain(keys, "jawOpen", "mouthClose", contexts=contexts).weights
+    assert len(pair) == 16 and np.all(pair[:, 0] >= pair[:, 1])
+    np.testing.assert_array_equal(pair[:4, :2], [[0.25, 0.25], [0.5, 0.5], [0.75, 0.75], [1.0, 1.0]])
+    np.testing.assert_array_equal(single_chain(keys, "mouthSmile_L", contexts).weights[:, :2], 0.0)
+    assert np.array_equal(single_chain(keys, "jawOpen").weights, single_chain(keys, "jawOpen", contexts).weights)

@@ -9,6 +9,12 @@ every other key 0. They are grouped into *chains*, each one `animate` run of qua
   pair    a, b     the 16 samples with w_a, w_b > 0, in a serpentine (w_b up, then down) so each
                    frame starts from a neighbouring pose: (0.25, 0.25 … 1), (0.5, 1 … 0.25), …
 
+A key fitted on top of another (the fit's `fit_context`: mouthClose on jawOpen) is never weighted
+above that other in any sample (`lifted_to_contexts`): its activations are a difference to the
+other's, and alone they may be no pose at all (inverse/blend.py refuses such frames). So its
+single samples carry the context at the same weight, and a pair sample where it would lead is
+lifted onto the diagonal; the fit sees each sample's true weights.
+
 A chain is solved by the `animate` command itself (`python -m solver animate MODEL FIT WEIGHTS
 --collisions …`) in a child process of its own, with its own timeout, in a scratch folder removed
 afterwards: there is no second forward path, and a stuck or crashed chain is killed without
@@ -61,21 +67,32 @@ class Chain:
         return f"{self.kind}-{re.sub(r'[^A-Za-z0-9_.-]', '-', label)[:80]}-{digest}"
 
 
-def single_chain(keys, key: str) -> Chain:
+def lifted_to_contexts(weights: np.ndarray, keys, contexts) -> np.ndarray:
+    """(T, K) weights with every key of `contexts` ({key: the key it was fitted on top of}, both
+    among `keys`) raised where needed so that it is never above its context."""
+    weights = np.array(weights, dtype=np.float64)
+    keys = list(keys)
+    for key, context in (contexts or {}).items():
+        column, base = keys.index(key), keys.index(context)
+        weights[:, base] = np.maximum(weights[:, base], weights[:, column])
+    return weights
+
+
+def single_chain(keys, key: str, contexts=None) -> Chain:
     weights = np.zeros((len(FIRST_WEIGHTS), len(keys)))
     weights[:, list(keys).index(key)] = FIRST_WEIGHTS
-    return Chain("single", (key,), weights)
+    return Chain("single", (key,), lifted_to_contexts(weights, keys, contexts))
 
 
-def probe_chain(keys, key: str, partners) -> Chain:
+def probe_chain(keys, key: str, partners, contexts=None) -> Chain:
     weights = np.zeros((len(partners), len(keys)))
     weights[:, list(keys).index(key)] = 1.0
     for row, partner in enumerate(partners):
         weights[row, list(keys).index(partner)] = 1.0
-    return Chain("probe", (key,), weights)
+    return Chain("probe", (key,), lifted_to_contexts(weights, keys, contexts))
 
 
-def pair_chain(keys, first: str, second: str) -> Chain:
+def pair_chain(keys, first: str, second: str, contexts=None) -> Chain:
     rows = []
     for index, weight in enumerate(FIRST_WEIGHTS):
         seconds = SECOND_WEIGHTS[1:] if index % 2 == 0 else SECOND_WEIGHTS[:0:-1]
@@ -83,7 +100,7 @@ def pair_chain(keys, first: str, second: str) -> Chain:
     weights = np.zeros((len(rows), len(keys)))
     weights[:, list(keys).index(first)] = [row[0] for row in rows]
     weights[:, list(keys).index(second)] = [row[1] for row in rows]
-    return Chain("pair", (first, second), weights)
+    return Chain("pair", (first, second), lifted_to_contexts(weights, keys, contexts))
 
 
 def candidate_pairs(keys) -> list:

@@ -62,8 +62,9 @@ def samples_folder(output: Path) -> Path:
 
 
 def _inputs(request: CorrectivesRequest):
-    """(model, fit, rig, keys) loaded and checked against each other."""
-    from ..inverse.fit_file import load_fit
+    """(model, fit, rig, keys, {key: the key it was fitted on top of}) loaded and checked against
+    each other."""
+    from ..inverse.fit_file import load_fit, shape_contexts
     from ..model_file import load_model
     from ..rig import load_rig
     model = load_model(request.model)
@@ -86,7 +87,14 @@ def _inputs(request: CorrectivesRequest):
                                                                                      "from")
     if not keys:
         raise RequestError("keys", "the fit and the rig share no shape key", "fit the rig's shape keys first")
-    return model, fit, rig, keys
+    contexts = {name: context for name, context in zip(fitted, shape_contexts(fit)) if context and name in keys}
+    missing = {name: context for name, context in contexts.items() if context not in keys}
+    if missing:
+        on_top = "; ".join(f"{name} is fitted on top of {context}" for name, context in missing.items())
+        raise RequestError("keys", on_top + " (its activations are a difference to that key's, so it is sampled "
+                                            "only together with it)",
+                           "add " + ", ".join(sorted(set(missing.values()))) + " to the keys")
+    return model, fit, rig, keys, contexts
 
 
 def run_correctives(request: CorrectivesRequest, report) -> dict:
@@ -94,15 +102,15 @@ def run_correctives(request: CorrectivesRequest, report) -> dict:
     from ..correctives.fitting import fit_terms, probe_deviation_mm, sample_errors_mm, term_names_for
     from ..correctives.samples import (SampleStore, candidate_pairs, pair_chain, probe_chain, single_chain,
                                        solve_chains, store_fingerprint)
-    model, fit, rig, keys = _inputs(request)
+    model, fit, rig, keys, contexts = _inputs(request)
     neutral = np.asarray(rig.vertices, dtype=np.float64)
     rig_names = [str(name) for name in rig.shape_key_names]
     deltas = np.asarray(rig.shape_key_deltas, dtype=np.float64)[[rig_names.index(key) for key in keys]]
     store = SampleStore(samples_folder(request.output),
                         store_fingerprint(request.model, request.fit, request.collisions), report)
     candidates = candidate_pairs(keys)
-    singles = [single_chain(keys, key) for key in keys]
-    probes = [probe_chain(keys, key, [b for a, b in candidates if a == key]) for key in keys[:-1]]
+    singles = [single_chain(keys, key, contexts) for key in keys]
+    probes = [probe_chain(keys, key, [b for a, b in candidates if a == key], contexts) for key in keys[:-1]]
     report.progress(f"correctives for {len(keys)} keys: {len(singles)} single-key chains, {len(candidates)} pair "
                     f"probes, in {request.processes} process{'es' * (request.processes != 1)}", fraction=0.0,
                     keys=len(keys), pairs=len(candidates))
@@ -127,7 +135,7 @@ def run_correctives(request: CorrectivesRequest, report) -> dict:
         report.progress(f"{len(kept)} of {len(candidates)} pairs kept: their simulation at (1, 1) departs from the "
                         f"sum of the singles by more than {request.threshold_mm:g} mm", fraction=None,
                         pairs_kept=len(kept), pairs=len(candidates))
-        pairs = [pair_chain(keys, *pair) for pair in kept]
+        pairs = [pair_chain(keys, *pair, contexts=contexts) for pair in kept]
         second = solve(pairs, len(singles) + len(probes), len(singles) + len(probes) + len(pairs))
     except SampleError as error:
         raise RequestError("model", str(error), "see the message; solved samples are kept, so running the same "
