@@ -356,3 +356,26 @@ def test_cut_segments_of_closed_meshes_chain_into_one_closed_loop_each():
     open_loops = closed_loops(triangle_cut_segments(vertices, half, np.array([1.0, 0.0, 0.0]),
                                                     np.array([0.3, 0.0, 0.0])))
     assert len(open_loops) == 1 and not np.allclose(open_loops[0][0], open_loops[0][-1])
+
+
+def test_corrective_curves_and_nose_push_pictures_are_written_headless(tmp_path):
+    """The per-frame curves of bench/correctives_acceptance.py and the side-by-side nose push of
+    bench/nose_push.py, from small synthetic inputs: a PNG each, of the figure's size."""
+    from solver.pictures.corrective_curves import picture_corrective_curves
+    from solver.pictures.nose_push import picture_nose_push
+    from solver.volumetric_blendshapes.energies import TetMesh
+    frames = np.arange(30)
+    report = {"keys": ["jawOpen", "mouthSmile_L"], "commit": "abc1234",
+              "linear_mean_mm": list(1.0 + np.sin(frames / 5.0) ** 2), "corrected_mean_mm": list(0.3 + 0 * frames),
+              "simulated_lips_in_teeth": [0] * 30, "corrected_lips_in_teeth": [1] * 30,
+              "linear_lips_in_teeth": list(frames % 7)}
+    with Image.open(picture_corrective_curves(report, tmp_path / "curves.png")) as image:
+        assert image.size == (1100, 600)
+    rest = np.array([[0, 0, 0], [0.01, 0, 0], [0, 0.01, 0], [0, 0, 0.01], [0.01, 0.01, 0.01]], dtype=float)
+    mesh = TetMesh(rest, np.array([[0, 1, 2, 3], [1, 2, 3, 4]]))
+    measures = {"angle": np.array([1.0, 20.0]), "determinant": np.array([0.9, 1.1]), "angle_mean": 10.5,
+                "angle_max": 20.0, "volume_lost_percent": 1.0, "inverted": 0}
+    pushed = {"Phace": (rest, measures), "volumetric blendshapes": (rest * 0.99, measures)}
+    path = picture_nose_push(mesh, pushed, np.zeros(3), np.eye(3), -0.005, tmp_path / "nose.png", "test")
+    with Image.open(path) as image:
+        assert image.size == (920, 840)
