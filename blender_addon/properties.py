@@ -191,6 +191,13 @@ class FACE_PHYSICS_PG_object(bpy.types.PropertyGroup):
                                      "the fit; the muscle contraction sliders add on top. Without a fit, the muscle "
                                      "contractions alone"),
         ('MUSCLES', "Muscles only", "Only the muscle contraction sliders; the shape keys are ignored")))
+    actuation: EnumProperty(name="Actuation", items=(
+        ('PHACE', "Phace", "Muscles and flesh simulated (paper 000): contact, dynamics, maps and the muscle "
+                           "sliders all take part"),
+        ('VOLUMETRIC_BLENDSHAPES', "Volumetric blendshapes",
+         "Each tet's shape blended from the shape keys' and solved by Projective Dynamics (paper 002): "
+         "quasi-static, shape keys only, no contact, dynamics, maps or muscle sliders. The comparison model: "
+         "it squashes tissue a prop pushes where Phace lets it swing away")))
     use_detail: BoolProperty(name="Detail correction", default=True,
                              description="Add back what the tet mesh cannot show of each shape key (the fit's "
                                          "residual, weighted like the shape keys); off = physics only")

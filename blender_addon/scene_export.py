@@ -500,9 +500,42 @@ def collision_kinds(obj) -> List[str]:
     return [kind for kind, wanted in (("teeth", settings.teeth_contact), ("lips", settings.lip_contact)) if wanted]
 
 
+VOLUMETRIC_BLENDSHAPES = "volumetric-blendshapes"
+
+
+def actuation(obj, with_fit: bool) -> str:
+    """The animate job's actuation: the Bake panel's choice; volumetric blendshapes only play shape
+    keys through a fit (`actuation_findings` says so before a bake starts)."""
+    return VOLUMETRIC_BLENDSHAPES if with_fit and obj.face_physics.actuation == 'VOLUMETRIC_BLENDSHAPES' else "phace"
+
+
+def actuation_findings(obj) -> List[Finding]:
+    """What the volumetric-blendshape actuation cannot take, each with where to turn it off; []
+    for Phace. (The muscle sliders are checked once the frames are sampled.)"""
+    settings = obj.face_physics
+    if settings.actuation != 'VOLUMETRIC_BLENDSHAPES':
+        return []
+    if settings.animation_source != 'SHAPE_KEYS' or not settings.fit_path:
+        return [Finding(ERROR, "volumetric blendshapes play the shape keys through the fit: set Drive to "
+                                         "Shape keys and fit the keys (Fit panel), or choose the Phace actuation")]
+    used = [what for what, on in (("Teeth contact (Collisions panel)", settings.teeth_contact),
+                                  ("Lip contact (Collisions panel)", settings.lip_contact),
+                                  ("the colliders (Collisions panel)", bool(collider_objects(obj))),
+                                  ("Dynamic mode (Dynamics panel)", settings.dynamics == 'DYNAMIC'),
+                                  ("Gravity (Dynamics panel)", settings.gravity),
+                                  ("wind (Dynamics panel)", wind_velocity(obj) is not None),
+                                  ("the painted maps (Maps panel)", export_maps(obj) is not None)) if on]
+    if not used:
+        return []
+    return [Finding(ERROR, "volumetric blendshapes are quasi-static and take no contact, dynamics or "
+                                     f"maps: turn off {', '.join(used)}, or choose the Phace actuation")]
+
+
 def simulation_settings(context, obj, with_fit: bool) -> dict:
     """The animate job's settings (docs/addon.md, job protocol)."""
     settings = obj.face_physics
+    if actuation(obj, with_fit) == VOLUMETRIC_BLENDSHAPES:
+        return {"actuation": VOLUMETRIC_BLENDSHAPES, "detail": bool(settings.use_detail)}
     result = {"dynamic": settings.dynamics == 'DYNAMIC', "substeps": int(settings.substeps),
               "gravity": bool(settings.gravity), "wind": wind_velocity(obj), **fat_settings(obj)}
     collisions = collision_kinds(obj)

@@ -88,6 +88,8 @@ def settings_summary(settings: dict) -> str:
     """One line of what a take was simulated with, for the Takes list."""
     parts = ["dynamic" + (f", {settings.get('substeps', 1)} substeps" if settings.get("substeps", 1) > 1 else "")
              if settings.get("dynamic") else "quasi-static"]
+    if settings.get("actuation", "phace") != "phace":
+        parts.append(settings["actuation"].replace("-", " "))
     if settings.get("collisions"):
         parts.append("+".join(settings["collisions"]) + " contact")
     parts += [name for name, on in (("gravity", settings.get("gravity")), ("wind", settings.get("wind")),

@@ -150,7 +150,7 @@ def bake_preflight(context, obj, plan: Optional["BakePlan"] = None) -> List[Find
                                            f"(Fit panel)"))
         elif job_files.read_fit_summary(fit_file(obj))["tets"] != settings.model_tets:
             findings.append(Finding(ERROR, "the fit belongs to another model; fit the shape keys again (Fit panel)"))
-    findings += scene_export.collider_preflight(obj) + map_groups.findings(obj)
+    findings += scene_export.collider_preflight(obj) + map_groups.findings(obj) + scene_export.actuation_findings(obj)
     return findings
 
 
@@ -201,6 +201,10 @@ def write_bake_job_steps(operator, context, obj, plan: Optional[BakePlan] = None
                                                         metres)
         activations = (scene_export.activations_arrays(obj, samples, metres, head=False)
                        if scene_export.muscles_move(samples) else None)
+        if activations is not None and scene_export.actuation(obj, use_fit) == scene_export.VOLUMETRIC_BLENDSHAPES:
+            findings.append(Finding(preflight.ERROR, "the muscle sliders move, and volumetric blendshapes have no "
+                                                     "muscles: put the sliders back to 1, or choose the Phace "
+                                                     "actuation"))
     else:
         activations = scene_export.activations_arrays(obj, samples, metres)
         moving = [name for name, values in samples.key_values.items() if np.any(values != 0.0)]
@@ -211,7 +215,7 @@ def write_bake_job_steps(operator, context, obj, plan: Optional[BakePlan] = None
     colliders, collider_findings = scene_export.collider_arrays(obj, samples, metres)
     simulation = {**scene_export.simulation_settings(context, obj, with_fit=use_fit),
                   "cache_start_frame": float(first), "cache_metres_per_unit": float(metres)}
-    lips, lip_findings = (scene_export.lip_vertex_arrays(obj) if simulation["collisions"] else (None, []))
+    lips, lip_findings = (scene_export.lip_vertex_arrays(obj) if simulation.get("collisions") else (None, []))
     if report_findings(operator, findings + collider_findings + lip_findings):
         return None
     job_dir = job_files.new_job_folder() if job_dir is None else job_dir

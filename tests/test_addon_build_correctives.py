@@ -4,8 +4,6 @@ nothing; the build adds driven corr_ keys, stores CORR.npz and the solved sample
 .blend, and a rebuild reuses every stored sample."""
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,23 +18,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-ADDON = "blender_addon"
+from addon_demo_scene import ADDON, demo_head_scene  # noqa: E402
+
 KEYS = ["jawOpen", "mouthSmile_L"]
 
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     from blender_addon import api
-    from blender_addon.rig_import import import_rig
-    bpy.ops.wm.read_homefile(use_empty=True)
-    addon_utils.enable(ADDON, default_set=True, handle_error=None)
-    bpy.context.preferences.addons[ADDON].preferences.solver_python = sys.executable
     folder = tmp_path_factory.mktemp("correctives")
-    made = subprocess.run([sys.executable, "-m", "solver", "demo-rig", "-o", str(folder / "head.npz")],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stderr
-    obj = import_rig(bpy.context, str(folder / "head.npz"))
-    bpy.ops.wm.save_as_mainfile(filepath=str(folder / "scene.blend"))
+    obj, _ = demo_head_scene(folder)
     obj.face_physics.fit_processes = 2
     api.build(obj, target_tets=3000)
     api.fit(obj, shapes=KEYS)
