@@ -18,7 +18,9 @@ Per frame, on the face region (inverse/shapes.face_region: the rig's face group,
 front of the jaw hinge and above the chin): the mean and the largest distance of each rig's vertices
 to the simulated skin (mm); and, for all three skins at the simulated frame's bone pose, the lip
 vertices deeper than 0.1 mm in a teeth proxy (bench/performance.py's FrameJudge, the performance
-benchmark's measure). Prints the figures, mesh sizes and commit; `--picture` draws both per frame.
+benchmark's measure). Also what limits the corrected rig: the same basis fitted to its own samples
+(the gain there) and to the simulated frames themselves (the most the basis can carry). Prints the
+figures, mesh sizes and commit; `--picture` draws both per frame.
 
     .venv/bin/python bench/correctives_acceptance.py --model MODEL.npz --fit FIT.npz --rig RIG.npz \
         --folder DIR [--keys jawOpen,…] [--frames 200] [--jobs 2] [--picture PNG]
@@ -88,6 +90,38 @@ def measure(model, rig, keys, weights, simulated, corrected, face) -> dict:
     return rows
 
 
+def basis_limits(rig, keys, corr_path: Path, weights, simulated_skin, face) -> dict:
+    """What limits the corrected rig: the gain over the linear rig (face-region mean distance) of the
+    CORR basis fitted by least squares (solver/correctives/fitting.py) to the corrective samples
+    themselves (in-sample), and to the animation's simulated frames themselves (what the basis
+    could carry at best)."""
+    from solver.correctives.corr_file import load_correctives, term_coefficients
+    from solver.correctives.fitting import fit_terms
+    from solver.npz_files import read_npz
+    from solver.requests.correctives import samples_folder
+    names = [str(name) for name in rig.shape_key_names]
+    deltas = np.asarray(rig.shape_key_deltas)[[names.index(key) for key in keys]]
+    neutral = np.asarray(rig.vertices)
+    term_names = load_correctives(corr_path)["term_names"]
+    stored = [read_npz(path) for path in sorted(samples_folder(corr_path).glob("*.npz"))
+              if not path.name.startswith("probe-")]
+    sample_weights = np.concatenate([arrays["weights"] for arrays in stored])
+    sample_skins = np.concatenate([arrays["skin"] for arrays in stored])
+
+    def gain(fit_weights, fit_skins, test_weights, test_skins):
+        terms, _, _ = fit_terms(neutral, deltas, keys, term_names, fit_weights, fit_skins)
+        linear = neutral + np.tensordot(test_weights, deltas, axes=1)
+        corrected = linear + np.tensordot(term_coefficients(term_names, keys, test_weights), terms, axes=1)
+        distance = lambda rig_skin: np.linalg.norm(rig_skin[:, face] - test_skins[:, face], axis=2).mean()  # noqa: E731
+        return 1.0 - distance(corrected) / distance(linear)
+
+    single = (sample_weights > 0).sum(axis=1) == 1
+    return {"in_sample": gain(sample_weights, sample_skins, sample_weights, sample_skins),
+            "in_sample_single_keys": gain(sample_weights, sample_skins, sample_weights[single], sample_skins[single]),
+            "fitted_to_the_frames": gain(weights, simulated_skin, weights, simulated_skin),
+            "samples": len(sample_weights)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True)
@@ -141,7 +175,19 @@ def main():
     for label, counts in lips.items():
         print(f"lip vertices > 0.1 mm in the teeth, {label}: mean {counts.mean():.1f} a frame, max {counts.max()}, "
               f"{int((counts > 0).sum())} frames with any")
-    report = {"commit": commit(), "keys": keys, "frames": args.frames, "face_vertices": int(face.sum()), **rows}
+    limits = basis_limits(rig, keys, corr, weights, simulated["skin_positions"], face)
+    print(f"the same basis fitted to its {limits['samples']} samples, on those samples: {limits['in_sample']:.0%} "
+          f"lower than the linear rig ({limits['in_sample_single_keys']:.0%} on the single-key samples); fitted "
+          f"to the {args.frames} simulated frames themselves: {limits['fitted_to_the_frames']:.0%} lower (what the "
+          f"basis can carry)")
+    keys_on = (weights > 0.3).sum(axis=1)
+    corrected_mm, linear_mm = np.asarray(rows["corrected_mean_mm"]), np.asarray(rows["linear_mean_mm"])
+    print("gain over the linear rig by keys above 0.3: " + ", ".join(
+        f"{count} keys ({int((keys_on == count).sum())} frames) "
+        f"{1 - corrected_mm[keys_on == count].mean() / linear_mm[keys_on == count].mean():.0%}"
+        for count in range(1, len(keys) + 1) if (keys_on == count).any()))
+    report = {"commit": commit(), "keys": keys, "frames": args.frames, "face_vertices": int(face.sum()), **rows,
+              "basis_limits": limits}
     (folder / "acceptance.json").write_text(json.dumps(report, indent=1))
     if args.picture is not None:
         from solver.pictures.corrective_curves import picture_corrective_curves
