@@ -151,6 +151,7 @@ def load_weights(path, fit) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
 
 
 def blend(fit, weights: np.ndarray, fps: float, head_transforms: np.ndarray, detail: bool = True) -> BlendedAnimation:
+    weights = np.array(weights, dtype=np.float64)      # a copy: the frames are made later, from these
     neutral = fit["neutral_activations"]
     offsets = fit["activations"] - neutral                                    # (K, A, 6)
 
