@@ -517,7 +517,7 @@ def actuation_findings(obj) -> List[Finding]:
         return []
     if settings.animation_source != 'SHAPE_KEYS' or not settings.fit_path:
         return [Finding(ERROR, "volumetric blendshapes play the shape keys through the fit: set Drive to "
-                                         "Shape keys and fit the keys (Fit panel), or choose the Phace actuation")]
+                               "Shape keys and fit the keys (Fit panel), or choose the Phace actuation")]
     used = [what for what, on in (("Teeth contact (Collisions panel)", settings.teeth_contact),
                                   ("Lip contact (Collisions panel)", settings.lip_contact),
                                   ("the colliders (Collisions panel)", bool(collider_objects(obj))),
@@ -528,7 +528,7 @@ def actuation_findings(obj) -> List[Finding]:
     if not used:
         return []
     return [Finding(ERROR, "volumetric blendshapes are quasi-static and take no contact, dynamics or "
-                                     f"maps: turn off {', '.join(used)}, or choose the Phace actuation")]
+                           f"maps: turn off {', '.join(used)}, or choose the Phace actuation")]
 
 
 def simulation_settings(context, obj, with_fit: bool) -> dict:

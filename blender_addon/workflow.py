@@ -202,9 +202,8 @@ def write_bake_job_steps(operator, context, obj, plan: Optional[BakePlan] = None
         activations = (scene_export.activations_arrays(obj, samples, metres, head=False)
                        if scene_export.muscles_move(samples) else None)
         if activations is not None and scene_export.actuation(obj, use_fit) == scene_export.VOLUMETRIC_BLENDSHAPES:
-            findings.append(Finding(preflight.ERROR, "the muscle sliders move, and volumetric blendshapes have no "
-                                                     "muscles: put the sliders back to 1, or choose the Phace "
-                                                     "actuation"))
+            findings.append(Finding(ERROR, "the muscle sliders move, and volumetric blendshapes have no muscles: "
+                                           "put the sliders back to 1, or choose the Phace actuation"))
     else:
         activations = scene_export.activations_arrays(obj, samples, metres)
         moving = [name for name, values in samples.key_values.items() if np.any(values != 0.0)]
