@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from .constraints import BoneConstraints
 from .skin_embedding import SkinEmbedding
 from .corotated import CorotatedElasticity
-from .newton import MAX_FORCING, NewtonResult, NewtonSolver
+from .newton import DEFAULT_MAX_ITERATIONS, MAX_FORCING, NewtonResult, NewtonSolver
 
 # Tet rings around the planes' tets. ICT's 7-frame lip animation, frames 1-6 with collisions, one
 # core, relaxed once per round: 2 rings (2,700-3,600 tets) 74-76 s, 181 whole-mesh iterations; 4
@@ -76,10 +76,11 @@ class ContactRegion:
     """Relaxes the tissue around contact planes (module docstring); built once per simulator."""
 
     def __init__(self, model: dict, elasticity: CorotatedElasticity, embedding: SkinEmbedding,
-                 rings: int = DEFAULT_REGION_RINGS):
+                 rings: int = DEFAULT_REGION_RINGS, max_iterations: int = DEFAULT_MAX_ITERATIONS):
         if rings < 1:
             raise ValueError("a contact region needs at least one ring of tets")
         self.rings = int(rings)
+        self.max_iterations = int(max_iterations)    # Newton iterations of one relaxation
         self.tets = np.asarray(model["tets"], dtype=np.int64)
         self.rest = np.asarray(model["rest_positions"], dtype=np.float64)
         self.node_count = len(self.rest)
@@ -157,16 +158,16 @@ class ContactRegion:
         return region, elasticity
 
     def relax(self, objective, x: np.ndarray, skull: np.ndarray, jaw: np.ndarray, *, force_scale: float,
-              tolerance: float, max_iterations: int) -> RegionRelaxation:
+              tolerance: float) -> RegionRelaxation:
         """Minimise `objective` (a FrameObjective with its contact term set) over the region
         around its planes' tets, the rest of x held, to the residual the whole-mesh solve will
-        be held to (`tolerance` × `force_scale`)."""
+        be held to (`tolerance` × `force_scale`), in at most ``max_iterations``."""
         started = time.perf_counter()
         x = np.asarray(x, dtype=np.float64).reshape(-1)
         region, elasticity = self.sub_mesh(objective.contact)
         restricted = objective.restricted(region, elasticity)
         solver = NewtonSolver(restricted, self.constraints(region, x, skull, jaw), tolerance=tolerance,
-                              max_iterations=max_iterations)
+                              max_iterations=self.max_iterations)
         result = solver.solve(x[region.dofs], force_scale=force_scale, max_forcing=MAX_FORCING)
         relaxed = x.copy()
         if result.converged:

@@ -444,14 +444,16 @@ class ContactResponse:
         first detection runs at `detect_at` (default x_start): the start moved onto this
         step's bone constraints, so that teeth moved by the jaw are seen where they are.
         `skin_offset` (V,3): the display offset (see the class). `iteration_budget`: stop,
-        unconverged, once the rounds have taken this many Newton iterations (the simulator then
-        solves the frame in load steps). `tolerance`: the depth and violation at which the rounds
+        unconverged, once the rounds have taken this many Newton iterations, the contact region's
+        counted at their worth in whole-mesh iterations (the simulator then solves the frame in
+        load steps). `tolerance`: the depth and violation at which the rounds
         stop, instead of the response's."""
         tolerance = self.tolerance if tolerance is None else tolerance
         planes, anchors = self.detect(x_start if detect_at is None else detect_at, pose)
         # Per-plane state: multiplier λ (N), penalty boost b (κ = b κ₀), violation before the round (m), anchor (m).
         state = self._fresh_state(planes, anchors, warm=True)
         x, totals, reasons = np.asarray(x_start, dtype=np.float64).copy(), np.zeros(5, np.int64), []
+        region_work = 0.0
         converged, depth, violation, rounds, history = False, 0.0, 0.0, 0, []
         try:
             for rounds in range(1, self.max_rounds + 1):
@@ -465,6 +467,7 @@ class ContactResponse:
                 x = np.asarray(result.x, dtype=np.float64)
                 totals += (result.iterations, result.factorisations, result.krylov_iterations,
                            result.projected_steps, result.region_iterations)
+                region_work += result.region_work
                 slack = violation = 0.0
                 if term is not None:
                     plane_violation = np.maximum(-term.gaps(x), 0.0)
@@ -496,8 +499,9 @@ class ContactResponse:
                 # non-finite energy) would only repeat itself.
                 if not (result.converged or result.out_of_iterations):
                     break
-                if iteration_budget is not None and totals[0] >= iteration_budget:
-                    reasons.append(f"{int(totals[0])} Newton iterations in {rounds} rounds reached the budget of "
+                if iteration_budget is not None and totals[0] + region_work >= iteration_budget:
+                    reasons.append(f"{int(totals[0])} Newton iterations and {int(totals[4])} in the contact region "
+                                   f"({region_work:.0f} iterations' worth) in {rounds} rounds reached the budget of "
                                    f"{iteration_budget}")
                     break
         finally:

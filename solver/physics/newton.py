@@ -153,6 +153,7 @@ class NewtonResult:
     projected_steps: int = 0        # steps taken on the projected Hessian (the exact one was indefinite)
     stalled: bool = False           # stopped by max_steps_without_progress
     region_iterations: int = 0      # iterations of the before_step relaxations (newton_minimise)
+    region_work: float = 0.0        # the same, in whole-mesh iterations' worth (each weighted by its share of the tets)
     predicted: bool = False         # started from the predicted start (newton_minimise)
 
 
@@ -497,7 +498,7 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
                     tolerance: float = DEFAULT_TOLERANCE, max_iterations: int = DEFAULT_MAX_ITERATIONS,
                     force_scale: float | None = None, max_forcing: float = MAX_FORCING,
                     max_steps_without_progress: int | None = None,
-                    before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None,
+                    before_step: Callable[[np.ndarray], tuple[np.ndarray | None, int, float]] | None = None,
                     predicted_start: np.ndarray | None = None, start_energy: float | None = None,
                     oversolve_guard: float | None = None) -> NewtonResult:
     """Minimise the objective over q in the constraints' current frame, starting from x0
@@ -506,10 +507,11 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
     (0: every step solved exactly, by a fresh factorisation). `max_steps_without_progress`:
     stop, unconverged and `stalled`, once the residual has stayed above its lowest value for
     this many steps (None: never) — the energy still falls, but the solve is travelling away
-    from where it started, to another equilibrium (a snap-through). `before_step(x) -> (x', n)`:
-    called before each step with the current configuration; when it took n > 0 iterations of its
-    own, the step starts from x' (which must lower the energy: the contact region's relaxation,
-    contact_region.py), and n is added to ``region_iterations``. `predicted_start`: where the
+    from where it started, to another equilibrium (a snap-through). `before_step(x) -> (x', n,
+    work)`: called before each step with the current configuration; n, the iterations it took of
+    its own, is added to ``region_iterations`` and `work`, their worth in whole-mesh iterations, to
+    ``region_work``; unless x' is None the step starts from x' (which must lower the energy: the
+    contact region's relaxation, contact_region.py). `predicted_start`: where the
     solution is expected (e.g. extrapolated from earlier frames); the solve starts there instead
     of at x0 when, projected onto the constraints, its energy is finite and below x0's
     (`start_energy`, E at x0 projected, when the caller has it): a prediction that overshoots
@@ -567,9 +569,10 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
             return finish(False, f"no convergence in {max_iterations} iterations: residual {residual:.3g} "
                                  f"> {threshold:.3g}")
         if before_step is not None:
-            relaxed, relaxation_iterations = before_step(x)
-            if relaxation_iterations:
-                result.region_iterations += relaxation_iterations
+            relaxed, relaxation_iterations, relaxation_work = before_step(x)
+            result.region_iterations += relaxation_iterations
+            result.region_work += relaxation_work
+            if relaxed is not None:
                 q = constraints.q_from_x(relaxed)
                 x = constraints.x_from_q(q)
                 energy, gradient, hessian = _full_evaluation(objective, x)
@@ -647,7 +650,7 @@ class NewtonSolver:
     def solve(self, x0: np.ndarray, skull_transform: np.ndarray | None = None,
               jaw_transform: np.ndarray | None = None, force_scale: float | None = None,
               max_forcing: float = MAX_FORCING, tolerance: float | None = None,
-              before_step: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None,
+              before_step: Callable[[np.ndarray], tuple[np.ndarray | None, int, float]] | None = None,
               predicted_start: np.ndarray | None = None, start_energy: float | None = None) -> NewtonResult:
         """Solve one frame, warm-started from x0 ((3N,) or (N, 3)): with the bone transforms
         given the constraints move to that frame first, otherwise their current frame is used.
