@@ -92,9 +92,10 @@ def measure(model, rig, keys, weights, simulated, corrected, face) -> dict:
 
 def basis_limits(rig, keys, corr_path: Path, weights, simulated_skin, face) -> dict:
     """What limits the corrected rig: the gain over the linear rig (face-region mean distance) of the
-    CORR basis fitted by least squares (solver/correctives/fitting.py) to the corrective samples
-    themselves (in-sample), and to the animation's simulated frames themselves (what the basis
-    could carry at best)."""
+    CORR basis fitted as the correctives are (solver/correctives/fitting.py, with CORR's ridge) to
+    the corrective samples themselves (in-sample), to the animation's simulated frames themselves
+    (in-sample: what the basis can carry), and to the first half of those frames, tested on the
+    second (whether frames of the animation itself would teach the basis the rest)."""
     from solver.correctives.corr_file import load_correctives, term_coefficients
     from solver.correctives.fitting import fit_terms
     from solver.npz_files import read_npz
@@ -102,23 +103,27 @@ def basis_limits(rig, keys, corr_path: Path, weights, simulated_skin, face) -> d
     names = [str(name) for name in rig.shape_key_names]
     deltas = np.asarray(rig.shape_key_deltas)[[names.index(key) for key in keys]]
     neutral = np.asarray(rig.vertices)
-    term_names = load_correctives(corr_path)["term_names"]
+    corr = load_correctives(corr_path)
+    term_names, ridge = corr["term_names"], float(corr.get("ridge", 0.0))
     stored = [read_npz(path) for path in sorted(samples_folder(corr_path).glob("*.npz"))
               if not path.name.startswith("probe-")]
     sample_weights = np.concatenate([arrays["weights"] for arrays in stored])
     sample_skins = np.concatenate([arrays["skin"] for arrays in stored])
 
     def gain(fit_weights, fit_skins, test_weights, test_skins):
-        terms, _, _ = fit_terms(neutral, deltas, keys, term_names, fit_weights, fit_skins)
+        terms, _, _ = fit_terms(neutral, deltas, keys, term_names, fit_weights, fit_skins, ridge)
         linear = neutral + np.tensordot(test_weights, deltas, axes=1)
         corrected = linear + np.tensordot(term_coefficients(term_names, keys, test_weights), terms, axes=1)
         distance = lambda rig_skin: np.linalg.norm(rig_skin[:, face] - test_skins[:, face], axis=2).mean()  # noqa: E731
         return 1.0 - distance(corrected) / distance(linear)
 
     single = (sample_weights > 0).sum(axis=1) == 1
+    half = len(weights) // 2
     return {"in_sample": gain(sample_weights, sample_skins, sample_weights, sample_skins),
             "in_sample_single_keys": gain(sample_weights, sample_skins, sample_weights[single], sample_skins[single]),
             "fitted_to_the_frames": gain(weights, simulated_skin, weights, simulated_skin),
+            "first_half_frames_on_second_half": gain(weights[:half], simulated_skin[:half], weights[half:],
+                                                     simulated_skin[half:]),
             "samples": len(sample_weights)}
 
 
@@ -179,7 +184,10 @@ def main():
     print(f"the same basis fitted to its {limits['samples']} samples, on those samples: {limits['in_sample']:.0%} "
           f"lower than the linear rig ({limits['in_sample_single_keys']:.0%} on the single-key samples); fitted "
           f"to the {args.frames} simulated frames themselves: {limits['fitted_to_the_frames']:.0%} lower (what the "
-          f"basis can carry)")
+          f"basis can carry); fitted to the first half of the frames, on the second: "
+          f"{limits['first_half_frames_on_second_half']:.0%}")
+    print(f"CORR: {int(corr_arrays['combinations']) if 'combinations' in corr_arrays else 0} combination rays, "
+          f"ridge α = {float(corr_arrays['ridge']) if 'ridge' in corr_arrays else 0.0:g}")
     keys_on = (weights > 0.3).sum(axis=1)
     corrected_mm, linear_mm = np.asarray(rows["corrected_mean_mm"]), np.asarray(rows["linear_mean_mm"])
     print("gain over the linear rig by keys above 0.3: " + ", ".join(

@@ -199,12 +199,12 @@ def _shell_fit(args, report):
 
 _CORRECTIVES_LABELS = {"model": "MODEL", "fit": "FIT", "rig": "RIG", "output": "-o/--output", "keys": "--keys",
                        "processes": "--jobs", "threshold_mm": "--threshold-mm", "collisions": "--collisions",
-                       "sample_timeout_s": "--sample-timeout"}
+                       "sample_timeout_s": "--sample-timeout", "combinations": "--combinations"}
 
 
 def _correctives(args, report):
     from .requests.correctives import CorrectivesRequest, run_correctives
-    given = {name: getattr(args, name) for name in ("threshold_mm", "collisions", "sample_timeout_s")
+    given = {name: getattr(args, name) for name in ("threshold_mm", "collisions", "sample_timeout_s", "combinations")
              if getattr(args, name) is not None}
     _submit(lambda: CorrectivesRequest(model=args.model, fit=args.fit, rig=args.rig, output=args.output,
                                        keys=tuple(args.keys or ()), processes=args.jobs, **given),
@@ -401,6 +401,9 @@ def _parser():
                       help="contacts the samples are simulated with (default teeth,lips; '' for none)")
     corr.add_argument("--sample-timeout", dest="sample_timeout_s", type=float, default=None, metavar="S",
                       help="seconds one chain of samples may take before its process is stopped (default 1800)")
+    corr.add_argument("--combinations", type=int, default=None, metavar="N",
+                      help="rays to combinations of 3-5 keys linked by kept pairs, 4 samples each (default: as "
+                           "many as kept pairs; 0: pairs only, as paper 002)")
     corr.set_defaults(run=_correctives)
     play = commands.add_parser("play-correctives", help="shape-key weights through RIG.npz + CORR.npz, no physics "
                                                         "→ RESULT.npz and .pc2")

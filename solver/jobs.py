@@ -276,7 +276,7 @@ _COMMANDS: Dict[str, dict] = {
                   "request": _shell_fit_request, "labels": {"output": "outputs.shell"},
                   "run": _runner("shell_fit", "run_shell_fit")},
     "correctives": {"inputs": ("model", "fit", "rig"), "optional_inputs": (), "outputs": ("correctives",),
-                    "settings": ("keys", "jobs", "threshold_mm", "collisions", "sample_timeout_s"),
+                    "settings": ("keys", "jobs", "threshold_mm", "collisions", "sample_timeout_s", "combinations"),
                     "request": _correctives_request,
                     "labels": {"output": "outputs.correctives", "processes": "settings.jobs"},
                     "run": _runner("correctives", "run_correctives")},

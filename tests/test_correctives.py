@@ -134,7 +134,8 @@ def test_bad_input_is_refused_with_the_field_and_the_fix(built, demo_rig):
     files = {"model": folder / "model.npz", "fit": folder / "fit.npz", "rig": folder / "rig.npz"}
     cases = [({"keys": ("jawOpen", "nope")}, "keys"), ({"threshold_mm": -1.0}, "threshold_mm"),
              ({"processes": 0}, "processes"), ({"collisions": ("teeth", "nose")}, "collisions"),
-             ({"output": folder / "fit.npz"}, "output"), ({"output": folder / "corr.txt"}, "output")]
+             ({"output": folder / "fit.npz"}, "output"), ({"output": folder / "corr.txt"}, "output"),
+             ({"combinations": -1}, "combinations")]
     for change, field in cases:
         arguments = {**files, "output": folder / "other.npz", **change}
         with pytest.raises(RequestError) as caught:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from . import fields as check
 from .fields import RequestError
 
 MAX_PROCESSES = 64
+MAX_COMBINATIONS = 10_000
 THRESHOLD_RANGE_MM = (0.0, 100.0)
 # A chain is at most 16 quasi-static frames; on ICT (~15 k tets) with lip contact a frame takes
 # seconds to tens of seconds, so 30 min is a stuck child, not a slow one.
@@ -39,6 +41,8 @@ class CorrectivesRequest:
     threshold_mm: float = DEFAULT_THRESHOLD_MM   # pairs departing less from the sum of singles are pruned
     collisions: tuple = COLLISION_KINDS          # the contacts the samples are simulated with
     sample_timeout_s: float = DEFAULT_SAMPLE_TIMEOUT_S   # per chain of samples (one child process)
+    # Rays to combinations of 3–5 linked keys (correctives/samples.py); None: as many as kept pairs.
+    combinations: Optional[int] = None
 
     def __post_init__(self):
         def put(name, value):
@@ -52,6 +56,8 @@ class CorrectivesRequest:
         put("threshold_mm", check.number(self.threshold_mm, "threshold_mm", *THRESHOLD_RANGE_MM,
                                          meaning="millimetres a pair must depart from the sum of its singles"))
         put("collisions", check.choices(tuple(self.collisions), "collisions", COLLISION_KINDS))
+        if self.combinations is not None:
+            put("combinations", check.whole_number(self.combinations, "combinations", 0, MAX_COMBINATIONS))
         put("sample_timeout_s", check.number(self.sample_timeout_s, "sample_timeout_s", *SAMPLE_TIMEOUT_RANGE_S,
                                              meaning="seconds one chain of samples may take"))
         put("output", check.output_file(self.output, "output", ".npz", [self.model, self.fit, self.rig]))
@@ -99,9 +105,10 @@ def _inputs(request: CorrectivesRequest):
 
 def run_correctives(request: CorrectivesRequest, report) -> dict:
     from ..correctives.corr_file import save_correctives
-    from ..correctives.fitting import fit_terms, probe_deviation_mm, sample_errors_mm, term_names_for
-    from ..correctives.samples import (SampleStore, candidate_pairs, pair_chain, probe_chain, single_chain,
-                                       solve_chains, store_fingerprint)
+    from ..correctives.fitting import (RIDGE_GRID, choose_ridge, fit_terms, probe_deviation_mm, sample_errors_mm,
+                                       term_names_for)
+    from ..correctives.samples import (SampleStore, candidate_pairs, combination_chains, pair_chain, probe_chain,
+                                       single_chain, solve_chains, store_fingerprint)
     model, fit, rig, keys, contexts = _inputs(request)
     neutral = np.asarray(rig.vertices, dtype=np.float64)
     rig_names = [str(name) for name in rig.shape_key_names]
@@ -136,17 +143,20 @@ def run_correctives(request: CorrectivesRequest, report) -> dict:
                         f"sum of the singles by more than {request.threshold_mm:g} mm", fraction=None,
                         pairs_kept=len(kept), pairs=len(candidates))
         pairs = [pair_chain(keys, *pair, contexts=contexts) for pair in kept]
+        pairs += combination_chains(keys, kept, len(kept) if request.combinations is None else request.combinations,
+                                    contexts)
         second = solve(pairs, len(singles) + len(probes), len(singles) + len(probes) + len(pairs))
     except SampleError as error:
         raise RequestError("model", str(error), "see the message; solved samples are kept, so running the same "
                                                 "command again continues where this one stopped") from None
     solved = {**first, **second}
-    weights, skins, converged, in_fit = [], [], [], []
-    for chain in singles + pairs:
+    weights, skins, converged, in_fit, chain_index = [], [], [], [], []
+    for index, chain in enumerate(singles + pairs):
         weights.append(chain.weights)
         skins.append(solved[chain.stem][0])
         converged.append(solved[chain.stem][1])
         in_fit.append(np.ones(len(chain.weights), dtype=bool))
+        chain_index.append(np.full(len(chain.weights), index))
     for pair, value in zip(candidates, deviation):
         if pair not in kept:           # a pruned pair's probe: not fitted, its error reported
             row_weights, skin, done = probe_skin[pair]
@@ -154,13 +164,20 @@ def run_correctives(request: CorrectivesRequest, report) -> dict:
             skins.append(skin[None])
             converged.append(np.atleast_1d(done))
             in_fit.append(np.zeros(1, dtype=bool))
-    weights, skins = np.concatenate(weights), np.concatenate(skins)
+            chain_index.append(np.full(1, -1))
+    weights, skins, chain_index = np.concatenate(weights), np.concatenate(skins), np.concatenate(chain_index)
     converged, in_fit = np.concatenate(converged).astype(bool), np.concatenate(in_fit)
     if not converged.all():
         report.warning(f"{int((~converged).sum())} of {len(converged)} samples did not converge; the correctives "
                        f"are fitted to them as they are")
     term_names = term_names_for(keys, kept)
-    terms, rank, columns = fit_terms(neutral, deltas, keys, term_names, weights[in_fit], skins[in_fit])
+    ridge, ridge_errors = choose_ridge(neutral, deltas, keys, term_names, weights[in_fit], skins[in_fit],
+                                       chain_index[in_fit])
+    if ridge_errors.any():
+        report.progress(f"ridge α = {ridge:g}, chosen by cross-validation over chains (mean vertex distance to the "
+                        f"left-out samples {ridge_errors[RIDGE_GRID.index(ridge)]:.3f} mm; without ridge "
+                        f"{ridge_errors[0]:.3f} mm)", fraction=None, ridge=ridge)
+    terms, rank, columns = fit_terms(neutral, deltas, keys, term_names, weights[in_fit], skins[in_fit], ridge)
     if rank < columns:
         report.warning(f"the samples determine only {rank} of the {columns} corrective terms")
     corrected, linear = sample_errors_mm(neutral, deltas, keys, term_names, terms, weights, skins)
@@ -171,10 +188,13 @@ def run_correctives(request: CorrectivesRequest, report) -> dict:
         "probe_deviation_mm": np.array(deviation, dtype=np.float64),
         "pair_kept": np.array([pair in kept for pair in candidates], dtype=bool),
         "threshold_mm": np.array(request.threshold_mm), "sample_weights": weights,
-        "sample_error_mm": corrected, "sample_linear_error_mm": linear, "sample_in_fit": in_fit})
+        "sample_error_mm": corrected, "sample_linear_error_mm": linear, "sample_in_fit": in_fit,
+        "ridge": np.array(ridge), "ridge_grid": np.array(RIDGE_GRID), "ridge_cv_error_mm": ridge_errors,
+        "combinations": np.array(sum(chain.kind == "combination" for chain in pairs))})
     fitted = corrected[in_fit]
     summary = {"outputs": {"correctives": str(request.output)}, "keys": len(keys), "pairs": len(candidates),
                "pairs_kept": len(kept), "terms": len(term_names), "samples": int(in_fit.sum()),
+               "combinations": sum(chain.kind == "combination" for chain in pairs), "ridge": ridge,
                "error_max_mm": round(float(fitted.max()), 4), "error_mean_mm": round(float(fitted.mean()), 4),
                "linear_error_max_mm": round(float(linear[in_fit].max()), 4),
                "linear_error_mean_mm": round(float(linear[in_fit].mean()), 4)}
