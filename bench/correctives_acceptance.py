@@ -23,7 +23,7 @@ benchmark's measure). Also what limits the corrected rig: the same basis fitted 
 figures, mesh sizes and commit; `--picture` draws both per frame.
 
     .venv/bin/python bench/correctives_acceptance.py --model MODEL.npz --fit FIT.npz --rig RIG.npz \
-        --folder DIR [--keys jawOpen,…] [--frames 200] [--jobs 2] [--picture PNG]
+        --folder DIR [--keys jawOpen,…] [--frames 200] [--jobs 2] [--picture PNG] [--closeups DIR]
 """
 from __future__ import annotations
 
@@ -139,6 +139,11 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds each solver step may take")
     parser.add_argument("--picture", type=Path, default=None)
+    parser.add_argument("--closeups", type=Path, default=None, metavar="DIR",
+                        help="mouth close-ups of --closeup-frames (default: the frame with most corrected-rig lip "
+                             "vertices in the teeth): linear rig above corrected rig, corrected rig above simulation")
+    parser.add_argument("--closeup-frames", type=lambda text: [int(f) for f in text.split(",") if f.strip()],
+                        default=None)
     args = parser.parse_args()
     from solver.inverse.shapes import face_region
     from solver.model_file import load_model
@@ -200,6 +205,35 @@ def main():
     if args.picture is not None:
         from solver.pictures.corrective_curves import picture_corrective_curves
         print(f"picture: {picture_corrective_curves(report, args.picture)}")
+    if args.closeups is not None:
+        frames = args.closeup_frames or [int(np.argmax(rows["corrected_lips_in_teeth"]))]
+        for path in closeups(model, rig, keys, weights, simulated, corrected, frames, args.closeups):
+            print(f"picture: {path}")
+
+
+def closeups(model, rig, keys, weights, simulated, corrected, frames, folder: Path) -> list:
+    """Per frame two mouth close-ups (solver/pictures/contact_frames.py, lips in the teeth red):
+    the linear rig above the corrected rig, and the corrected rig above the simulation."""
+    from solver.collisions import CollisionScene
+    from solver.collisions.contacts import BonePose
+    from solver.pictures.contact_frames import picture_contact_frames
+    names = [str(name) for name in rig.shape_key_names]
+    deltas = np.asarray(rig.shape_key_deltas)[[names.index(key) for key in keys]]
+    scene = CollisionScene(model, teeth=True, lips=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for frame in frames:
+        pose = BonePose(simulated["skull_transforms"][frame], simulated["jaw_transforms"][frame], frame)
+        linear = rig.vertices + np.tensordot(weights[frame], deltas, axes=1)
+        pose_text = ", ".join(f"{key} {weight:.2f}" for key, weight in zip(keys, weights[frame]))
+        for name, top, bottom, labels in (("linear_corrected", linear, corrected[frame], ("linear rig", "corrected rig")),
+                                          ("corrected_simulated", corrected[frame], simulated["skin_positions"][frame],
+                                           ("corrected rig", "simulation"))):
+            written.append(picture_contact_frames(
+                model, scene, top, bottom, pose, folder / f"frame{frame}_{name}.png",
+                f"frame {frame} ({pose_text}): {labels[0]} above, {labels[1]} below; commit {commit()}",
+                labels=labels))
+    return written
 
 
 if __name__ == "__main__":

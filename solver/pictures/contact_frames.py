@@ -53,18 +53,20 @@ class ContactFrameSheet:
 
 
 def picture_contact_frames(model: dict, scene, plain_skin: np.ndarray, simulated_skin: np.ndarray, pose,
-                           path, title: Optional[str] = None, simulated_pose=None) -> Path:
+                           path, title: Optional[str] = None, simulated_pose=None,
+                           labels: tuple = ("plain", "simulated")) -> Path:
     """Write the before/after picture of one frame (see the module docstring) to `path`.
 
     `scene` is the frame's CollisionScene (teeth proxies and lips), `pose` its BonePose for
     the plain frame and (unless `simulated_pose` is given) for the simulated one. Returns
-    the path written."""
+    the path written. `labels`: what the two rows are called (e.g. the corrected rig's rows)."""
     return save_png(contact_frame_sheet(model, scene, plain_skin, simulated_skin, pose, title,
-                                        simulated_pose).image, path)
+                                        simulated_pose, labels).image, path)
 
 
 def contact_frame_sheet(model: dict, scene, plain_skin: np.ndarray, simulated_skin: np.ndarray, pose,
-                        title: Optional[str] = None, simulated_pose=None) -> ContactFrameSheet:
+                        title: Optional[str] = None, simulated_pose=None,
+                        labels: tuple = ("plain", "simulated")) -> ContactFrameSheet:
     """The picture of ``picture_contact_frames`` as an image, with what it highlights."""
     simulated_pose = pose if simulated_pose is None else simulated_pose
     plain_skin = np.asarray(plain_skin, dtype=np.float64)
@@ -95,15 +97,16 @@ def contact_frame_sheet(model: dict, scene, plain_skin: np.ndarray, simulated_sk
                                 + proxies)
         rows.append((front, section))
 
+    top, bottom = labels
     captions = [
-        (f"plain: {len(plain_hits)} penetrating, {plain_depth * 1e3:.2f} mm deep", "plain: right half, from the left"),
-        (f"simulated: {len(simulated_hits)} penetrating, {simulated_depth * 1e3:.2f} mm",
-         "simulated: right half, from the left"),
+        (f"{top}: {len(plain_hits)} penetrating, {plain_depth * 1e3:.2f} mm deep", f"{top}: right half, from the left"),
+        (f"{bottom}: {len(simulated_hits)} penetrating, {simulated_depth * 1e3:.2f} mm",
+         f"{bottom}: right half, from the left"),
     ]
     row_images = [side_by_side(list(images), list(texts)) for images, texts in zip(rows, captions)]
     stacked = _stack(row_images)
     legend = [("skin", SKIN_COLOUR), ("penetrating (inside a teeth proxy or through the other lip)", PENETRATING_COLOUR),
-              ("penetrated in the plain frame, held out by the simulation", RESOLVED_COLOUR),
+              (f"penetrated in the {top} frame, held out in the {bottom}", RESOLVED_COLOUR),
               ("teeth proxy", TEETH_COLOUR), ("teeth proxy: labial projection region", REGION_COLOUR)]
     image = add_legend(stacked, legend)
     image = add_title(image, title or "Lip contact: plain blendshapes (top) and simulated with collisions (bottom)")
