@@ -17,6 +17,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -99,6 +100,9 @@ def main():
     parser.add_argument("--keys", default="jawOpen,mouthSmile_L,mouthPucker")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threshold-mm", type=float, default=None)
+    parser.add_argument("--output", type=Path, default=None,
+                        help="CORR.npz to write, its samples beside it (default: corr.npz in the --demo folder, "
+                             "else in the system's temporary folder, never in the checkout)")
     parser.add_argument("--keep-samples", action="store_true",
                         help="keep the samples an earlier run stored (then the build time is a rerun's)")
     args = parser.parse_args()
@@ -107,7 +111,11 @@ def main():
         out = args.demo / "corr.npz"
     else:
         model, fit, rig = args.model, args.fit, args.rig
-        out = Path("bench_corr.npz").resolve()
+        out = Path(tempfile.gettempdir()) / "face_physics_bench" / "corr.npz"
+    if args.output is not None:
+        out = args.output
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
     samples = out.parent / f".{out.stem}.samples"
     if not args.keep_samples:
         shutil.rmtree(samples, ignore_errors=True)
