@@ -61,12 +61,16 @@ def _design_and_targets(neutral, deltas, keys, term_names, weights, skins):
     return design, (np.asarray(skins, dtype=np.float64) - linear).reshape(len(weights), -1)
 
 
+def _regularised(normal, alpha: float):
+    """DᵀD + λI with the relative ridge λ = α · mean diag(DᵀD)."""
+    scale = float(np.mean(np.diag(normal))) or 1.0
+    return normal + alpha * scale * np.eye(len(normal))
+
+
 def _ridge_solve(design, targets, alpha: float):
     if alpha == 0.0:
         return np.linalg.lstsq(design, targets, rcond=None)[0]
-    normal = design.T @ design
-    scale = float(np.mean(np.diag(normal))) or 1.0
-    return np.linalg.solve(normal + alpha * scale * np.eye(len(normal)), design.T @ targets)
+    return np.linalg.solve(_regularised(design.T @ design, alpha), design.T @ targets)
 
 
 def fit_terms(neutral, deltas, keys, term_names, weights, skins, ridge: float = 0.0):
@@ -96,9 +100,8 @@ def choose_ridge(neutral, deltas, keys, term_names, weights, skins, chain_index)
     if len(chains) < 2:
         return 0.0, errors
     normal = design.T @ design
-    scale = float(np.mean(np.diag(normal))) or 1.0
     for index, alpha in enumerate(RIDGE_GRID):
-        inverse = np.linalg.pinv(normal + alpha * scale * np.eye(len(normal)), hermitian=True)
+        inverse = np.linalg.pinv(_regularised(normal, alpha), hermitian=True)
         residual = targets - design @ (inverse @ (design.T @ targets))
         total = 0.0
         for rows in chains:

@@ -389,17 +389,17 @@ class FaceSimulator:
                                         interpolate_activation=False))
         else:
             halvings = settings.max_load_halvings if settings.load_step_budget > 0 else 0
+            # The last try's parts keep the budget too, so that a frame ends, unconverged,
+            # after a bounded effort (at most 1 + 2 + 4 times its parts' budgets, each
+            # overrun by at most one contact round) instead of grinding through every
+            # contact round; its parts go on after one fails, for the frame must end somewhere.
+            budget = settings.load_step_budget or None
             parts = self._load_steps_for(activation)
             saved = self._state()
             for halving in range(halvings + 1):
                 if halving:
                     self._restore(saved)
                 last_try = halving == halvings
-                # The last try's parts keep the budget too, so that a frame ends, unconverged,
-                # after a bounded effort (at most 1 + 2 + 4 times its parts' budgets, each
-                # overrun by at most one contact round) instead of grinding through every
-                # contact round; its parts go on after one fails, for the frame must end somewhere.
-                budget = settings.load_step_budget or None
                 attempt = self._advance(activation, head, jaw, frame_index, parts * 2 ** halving,
                                         interpolate_activation=True, budget=budget, abandon=not last_try)
                 totals.absorb(attempt)

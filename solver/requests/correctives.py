@@ -143,15 +143,16 @@ def run_correctives(request: CorrectivesRequest, report) -> dict:
                         f"sum of the singles by more than {request.threshold_mm:g} mm", fraction=None,
                         pairs_kept=len(kept), pairs=len(candidates))
         pairs = [pair_chain(keys, *pair, contexts=contexts) for pair in kept]
-        pairs += combination_chains(keys, kept, len(kept) if request.combinations is None else request.combinations,
-                                    contexts)
-        second = solve(pairs, len(singles) + len(probes), len(singles) + len(probes) + len(pairs))
+        combinations = combination_chains(keys, kept, len(kept) if request.combinations is None
+                                          else request.combinations, contexts)
+        later = pairs + combinations
+        second = solve(later, len(singles) + len(probes), len(singles) + len(probes) + len(later))
     except SampleError as error:
         raise RequestError("model", str(error), "see the message; solved samples are kept, so running the same "
                                                 "command again continues where this one stopped") from None
     solved = {**first, **second}
     weights, skins, converged, in_fit, chain_index = [], [], [], [], []
-    for index, chain in enumerate(singles + pairs):
+    for index, chain in enumerate(singles + pairs + combinations):
         weights.append(chain.weights)
         skins.append(solved[chain.stem][0])
         converged.append(solved[chain.stem][1])
@@ -190,11 +191,11 @@ def run_correctives(request: CorrectivesRequest, report) -> dict:
         "threshold_mm": np.array(request.threshold_mm), "sample_weights": weights,
         "sample_error_mm": corrected, "sample_linear_error_mm": linear, "sample_in_fit": in_fit,
         "ridge": np.array(ridge), "ridge_grid": np.array(RIDGE_GRID), "ridge_cv_error_mm": ridge_errors,
-        "combinations": np.array(sum(chain.kind == "combination" for chain in pairs))})
+        "combinations": np.array(len(combinations))})
     fitted = corrected[in_fit]
     summary = {"outputs": {"correctives": str(request.output)}, "keys": len(keys), "pairs": len(candidates),
                "pairs_kept": len(kept), "terms": len(term_names), "samples": int(in_fit.sum()),
-               "combinations": sum(chain.kind == "combination" for chain in pairs), "ridge": ridge,
+               "combinations": len(combinations), "ridge": ridge,
                "error_max_mm": round(float(fitted.max()), 4), "error_mean_mm": round(float(fitted.mean()), 4),
                "linear_error_max_mm": round(float(linear[in_fit].max()), 4),
                "linear_error_mean_mm": round(float(linear[in_fit].mean()), 4)}
