@@ -112,15 +112,17 @@ def fit(obj, shapes: Optional[Sequence[str]] = None, processes: Optional[int] = 
 
 
 def build_correctives(obj, keys: Optional[Sequence[str]] = None, threshold_mm: Optional[float] = None,
-                      processes: Optional[int] = None, on_progress=None) -> list:
+                      processes: Optional[int] = None, on_progress=None, pairs: Sequence = ()) -> list:
     """Build corrective shape keys for `keys` (solver spelling; default every fitted key) and add
-    them to `obj` (Fit panel's Build Correctives); CORR.npz is stored beside the .blend and the
-    solved samples kept for the next build, also after a failure. Returns the keys added."""
+    them to `obj` (Fit panel's Build Correctives); only `pairs` ((a, b), …) are probed when given.
+    CORR.npz is stored beside the .blend and the solved samples kept for the next build, also
+    after a failure. Returns the keys added."""
     reports = _Reports()
     threshold = corrective_jobs.DEFAULT_THRESHOLD_MM if threshold_mm is None else float(threshold_mm)
     text = ",".join(keys) if keys else ""
+    pairs_text = ",".join(f"{first}:{second}" for first, second in pairs)
     job = _started(lambda: corrective_jobs.start_correctives_job(reports, bpy.context, obj, 'ALL', text, threshold,
-                                                                 processes), reports)
+                                                                 processes, pairs_text), reports)
     _finished(job, on_progress, ended=lambda ended: corrective_jobs.keep_samples(obj, ended))
     try:
         return corrective_jobs.apply_correctives(bpy.context, obj, job)

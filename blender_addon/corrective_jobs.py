@@ -26,8 +26,15 @@ def _preflight(context, obj):
     return findings
 
 
+def pairs_from_text(text: str) -> list:
+    """'jawOpen:mouthSmile_L, mouthFunnel:mouthPucker' as [[a, b], …]; the solver's request checks
+    each pair (two different fitted keys, none twice) and names what is wrong."""
+    return [[name.strip() for name in item.split(":")] for item in text.split(",") if item.strip()]
+
+
 def start_correctives_job(operator, context, obj, scope: str = 'ALL', keys_text: str = "",
-                          threshold_mm: float = DEFAULT_THRESHOLD_MM, processes: Optional[int] = None):
+                          threshold_mm: float = DEFAULT_THRESHOLD_MM, processes: Optional[int] = None,
+                          pairs_text: str = ""):
     """Export the rig and start the correctives job; the scene is not changed here."""
     samples = storage.correctives_samples_path(obj)    # fails early, with the reason, when the .blend is unsaved
     if workflow.report_findings(operator, _preflight(context, obj)):
@@ -43,7 +50,8 @@ def start_correctives_job(operator, context, obj, scope: str = 'ALL', keys_text:
     job_dir = job_files.new_job_folder()
     job_files.write_correctives_job(job_dir, workflow.model_file(obj), workflow.fit_file(obj), rig, keys,
                                     obj.face_physics.fit_processes if processes is None else processes, threshold_mm,
-                                    scene_export.collision_kinds(obj), stored_samples=samples)
+                                    scene_export.collision_kinds(obj), stored_samples=samples,
+                                    pairs=pairs_from_text(pairs_text))
     count = len(fitted) if keys is None else len(keys)
     return Job(f"correctives of {count} shape key{'s' * (count != 1)}",
                solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)

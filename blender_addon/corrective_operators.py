@@ -31,6 +31,9 @@ class FACE_PHYSICS_OT_build_correctives(SolverJobOperator, bpy.types.Operator):
     keys: StringProperty(name="Keys", options={'SKIP_SAVE'},
                          description="Comma-separated shape keys as the solver spells them (jawOpen); "
                                      "overrides the scope, for scripts")
+    pairs: StringProperty(name="Pairs", options={'SKIP_SAVE'},
+                          description="Only these pairs of keys are probed for a corrective, as "
+                                      "jawOpen:mouthSmile_L, mouthFunnel:mouthPucker (empty: every pair of the keys)")
     threshold_mm: FloatProperty(name="Pair threshold (mm)", default=corrective_jobs.DEFAULT_THRESHOLD_MM,
                                 min=0.0, max=100.0,
                                 description="A pair of keys gets a corrective when, both at 1, its simulated skin "
@@ -44,7 +47,8 @@ class FACE_PHYSICS_OT_build_correctives(SolverJobOperator, bpy.types.Operator):
     def start(self, context):
         obj = skin_object(context)
         self._object_name = obj.name
-        return corrective_jobs.start_correctives_job(self, context, obj, self.scope, self.keys, self.threshold_mm)
+        return corrective_jobs.start_correctives_job(self, context, obj, self.scope, self.keys, self.threshold_mm,
+                                                     pairs_text=self.pairs)
 
     def apply(self, context, job):
         names = corrective_jobs.apply_correctives(context, bpy.data.objects[self._object_name], job)

@@ -106,9 +106,10 @@ def write_fit_job(job_dir, model_path, rig_arrays: Dict[str, np.ndarray], shapes
 
 def write_correctives_job(job_dir, model_path, fit_path, rig_arrays: Dict[str, np.ndarray],
                           keys: Optional[Sequence[str]], processes: int, threshold_mm: float,
-                          collisions: Sequence[str], stored_samples=None) -> Path:
-    """A correctives job (docs/correctives.md): the keys named (None: every fitted key), with
-    the samples solved before (`stored_samples`, a folder) linked in so only new ones are solved."""
+                          collisions: Sequence[str], stored_samples=None, pairs: Sequence = ()) -> Path:
+    """A correctives job (docs/correctives.md): the keys named (None: every fitted key), only the
+    `pairs` given probed (empty: every pair), with the samples solved before (`stored_samples`, a
+    folder) linked in so only new ones are solved."""
     job_dir = Path(job_dir)
     place_model(job_dir, model_path)
     place_file(job_dir, fit_path, FIT_FILE)
@@ -118,6 +119,8 @@ def write_correctives_job(job_dir, model_path, fit_path, rig_arrays: Dict[str, n
     settings = {"jobs": int(processes), "threshold_mm": float(threshold_mm), "collisions": list(collisions)}
     if keys is not None:
         settings["keys"] = [str(name) for name in keys]
+    if pairs:
+        settings["pairs"] = [[str(name) for name in pair] for pair in pairs]
     return _write_job(job_dir, "correctives", {"model": MODEL_FILE, "fit": FIT_FILE, "rig": RIG_FILE},
                       {"correctives": CORRECTIVES_FILE}, settings)
 

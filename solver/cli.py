@@ -198,7 +198,7 @@ def _shell_fit(args, report):
 
 
 _CORRECTIVES_LABELS = {"model": "MODEL", "fit": "FIT", "rig": "RIG", "output": "-o/--output", "keys": "--keys",
-                       "processes": "--jobs", "threshold_mm": "--threshold-mm", "collisions": "--collisions",
+                       "pairs": "--pairs", "processes": "--jobs", "threshold_mm": "--threshold-mm", "collisions": "--collisions",
                        "sample_timeout_s": "--sample-timeout", "combinations": "--combinations"}
 
 
@@ -207,7 +207,8 @@ def _correctives(args, report):
     given = {name: getattr(args, name) for name in ("threshold_mm", "collisions", "sample_timeout_s", "combinations")
              if getattr(args, name) is not None}
     _submit(lambda: CorrectivesRequest(model=args.model, fit=args.fit, rig=args.rig, output=args.output,
-                                       keys=tuple(args.keys or ()), processes=args.jobs, **given),
+                                       keys=tuple(args.keys or ()), pairs=tuple(args.pairs or ()),
+                                       processes=args.jobs, **given),
             run_correctives, _CORRECTIVES_LABELS, report)
 
 
@@ -248,6 +249,11 @@ def _names(text):
 
 def _comma_list(text):
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _name_pairs(text):
+    """'a:b,c:d' as [[a, b], [c, d]]; whether each is a pair of names the request checks."""
+    return [item.split(":") for item in _comma_list(text)]
 
 
 def _run_job(args, report):
@@ -393,6 +399,9 @@ def _parser():
     corr.add_argument("rig", type=Path)
     corr.add_argument("-o", "--output", type=Path, required=True)
     corr.add_argument("--keys", type=_names, default=None, help="comma-separated shape keys (default: all fitted)")
+    corr.add_argument("--pairs", type=_name_pairs, default=None, metavar="A:B,…",
+                      help="the only pairs of keys probed for a corrective, e.g. jawOpen:mouthSmile_L (default: "
+                           "every pair of the keys)")
     corr.add_argument("--jobs", type=int, default=1, help="chains of samples simulated at once, one process each")
     corr.add_argument("--threshold-mm", dest="threshold_mm", type=float, default=None,
                       help="keep a pair when its simulation at (1, 1) departs from the sum of its singles by more "

@@ -85,19 +85,22 @@ def test_build_correctives_adds_driven_keys_and_keeps_the_samples(fitted):
     stored = _samples(storage.correctives_samples_path(obj))
     assert sum(name.endswith(".npz") for name in stored) >= 3        # 2 single-key chains, a probe, …
 
-    # The operator, with every sample stored: nothing is simulated again, the keys are rebuilt.
+    # The operator, with every sample stored and the one pair chosen (the same samples): nothing is
+    # simulated again, the keys are rebuilt.
     started = time.monotonic()
-    assert bpy.ops.face_physics.build_correctives(keys=",".join(KEYS)) == {'FINISHED'}
+    assert bpy.ops.face_physics.build_correctives(keys=",".join(KEYS), pairs="mouthSmile_L:jawOpen") == {'FINISHED'}
     assert set(our_key_names(obj)) == set(added)
     assert _samples(storage.correctives_samples_path(obj)) == stored
     print(f"rebuild with every sample stored: {time.monotonic() - started:.1f} s")
 
 
-def test_build_correctives_refuses_keys_that_are_not_fitted(fitted):
+def test_build_correctives_refuses_keys_that_are_not_fitted_and_bad_pairs(fitted):
     from blender_addon import api
     from blender_addon.api import FacePhysicsError
     obj = fitted["object"]
     before = {block.name for block in obj.data.shape_keys.key_blocks}
     with pytest.raises(FacePhysicsError, match="mouthPucker: not in the fit"):
         api.build_correctives(obj, keys=["jawOpen", "mouthPucker"])
+    with pytest.raises(FacePhysicsError, match="jawOpen is paired with itself"):
+        api.build_correctives(obj, keys=KEYS, pairs=[("jawOpen", "jawOpen")])
     assert {block.name for block in obj.data.shape_keys.key_blocks} == before

@@ -1,14 +1,30 @@
-"""The corrective fit's parts that need no simulation (solver/correctives/): the combination
-samples (which keys, which weights, always the same ones) and the ridge chosen by
-cross-validation over chains."""
+"""The corrective fit's parts that need no simulation (solver/correctives/): the pairs probed
+(all, or the user's), the combination samples (which keys, which weights, always the same ones)
+and the ridge chosen by cross-validation over chains."""
 from __future__ import annotations
 
 import numpy as np
 
 from solver.correctives.fitting import RIDGE_GRID, choose_ridge, fit_terms, term_names_for
-from solver.correctives.samples import FIRST_WEIGHTS, candidate_pairs, combination_chains, pair_chain, single_chain
+from solver.correctives.samples import (FIRST_WEIGHTS, candidate_pairs, combination_chains, first_chains, pair_chain,
+                                       single_chain)
 
 KEYS = ["jawOpen", "mouthClose", "mouthSmile_L", "mouthSmile_R", "mouthFunnel", "mouthPucker"]
+
+
+def test_chosen_pairs_are_the_only_ones_probed():
+    """Every pair by default; with the user's pairs (either order) only those, ordered as the keys,
+    and a key without a later partner among them gets no probe chain."""
+    candidates, singles, probes = first_chains(KEYS)
+    assert candidates == candidate_pairs(KEYS) and len(candidates) == 15 and len(singles) == 6
+    assert [probe.keys[0] for probe in probes] == KEYS[:-1]
+    assert sum(len(probe.weights) for probe in probes) == 15
+    chosen = [("mouthPucker", "jawOpen"), ("mouthSmile_L", "mouthSmile_R")]
+    candidates, singles, probes = first_chains(KEYS, chosen, {"mouthClose": "jawOpen"})
+    assert candidates == [("jawOpen", "mouthPucker"), ("mouthSmile_L", "mouthSmile_R")]
+    assert len(singles) == 6 and [probe.keys for probe in probes] == [("jawOpen",), ("mouthSmile_L",)]
+    np.testing.assert_array_equal(probes[0].weights, [[1, 0, 0, 0, 0, 1]])
+    np.testing.assert_array_equal(probes[1].weights, [[0, 0, 1, 1, 0, 0]])
 
 
 def test_combinations_are_rays_to_distinct_linked_key_sets_and_always_the_same():

@@ -135,7 +135,9 @@ def test_bad_input_is_refused_with_the_field_and_the_fix(built, demo_rig):
     cases = [({"keys": ("jawOpen", "nope")}, "keys"), ({"threshold_mm": -1.0}, "threshold_mm"),
              ({"processes": 0}, "processes"), ({"collisions": ("teeth", "nose")}, "collisions"),
              ({"output": folder / "fit.npz"}, "output"), ({"output": folder / "corr.txt"}, "output"),
-             ({"combinations": -1}, "combinations")]
+             ({"combinations": -1}, "combinations"), ({"pairs": (("jawOpen", "jawOpen"),)}, "pairs"),
+             ({"pairs": (("jawOpen", "mouthSmile_L"), ("mouthSmile_L", "jawOpen"))}, "pairs"),
+             ({"pairs": (("jawOpen",),)}, "pairs"), ({"pairs": (("jawOpen", "mouthPucker"),)}, "pairs")]
     for change, field in cases:
         arguments = {**files, "output": folder / "other.npz", **change}
         with pytest.raises(RequestError) as caught:
@@ -161,6 +163,9 @@ def test_bad_input_is_refused_with_the_field_and_the_fix(built, demo_rig):
     run, lines = _solver("correctives", folder / "model.npz", folder / "fit.npz", folder / "rig.npz",
                          "-o", folder / "c.npz", "--keys", "jawOpen,browDown_L", timeout=120)
     assert run.returncode == 2 and "--keys" in lines[-1]["message"] and "browDown_L" in lines[-1]["message"], lines
+    run, lines = _solver("correctives", folder / "model.npz", folder / "fit.npz", folder / "rig.npz",
+                         "-o", folder / "c.npz", "--pairs", "jawOpen:mouthSmile_L,mouthPucker", timeout=120)
+    assert run.returncode == 2 and "--pairs" in lines[-1]["message"] and "mouthPucker" in lines[-1]["message"], lines
     job = folder / "job"
     job.mkdir()
     for name in ("model.npz", "fit.npz", "rig.npz"):

@@ -152,8 +152,25 @@ def combination_chains(keys, kept_pairs, count: int, contexts=None) -> list:
     return chains
 
 
-def candidate_pairs(keys) -> list:
-    return [(first, second) for index, first in enumerate(keys) for second in keys[index + 1:]]
+def candidate_pairs(keys, chosen=()) -> list:
+    """The pairs to probe, each ordered as `keys` are: every pair of the keys, or only the `chosen`
+    ones (the user's restriction, each given in either order)."""
+    pairs = [(first, second) for index, first in enumerate(keys) for second in keys[index + 1:]]
+    if chosen:
+        wanted = {frozenset(pair) for pair in chosen}
+        pairs = [pair for pair in pairs if frozenset(pair) in wanted]
+    return pairs
+
+
+def first_chains(keys, chosen_pairs=(), contexts=None):
+    """(candidate pairs, single chains, probe chains): what is solved before any pair is kept.
+    A key is probed only against its later partners among the candidates; a key with none has
+    no probe chain."""
+    candidates = candidate_pairs(keys, chosen_pairs)
+    singles = [single_chain(keys, key, contexts) for key in keys]
+    probes = [probe_chain(keys, key, partners, contexts) for key in keys
+              if (partners := [b for a, b in candidates if a == key])]
+    return candidates, singles, probes
 
 
 # --------------------------------------------------------------------------- the store

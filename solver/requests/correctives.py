@@ -1,6 +1,6 @@
 """One correctives request: quadratic corrective shape keys fitted to simulated samples (paper 002 §4).
 
-`python -m solver correctives MODEL FIT RIG -o CORR.npz [--keys …] [--jobs N] [--threshold-mm X]`
+`python -m solver correctives MODEL FIT RIG -o CORR.npz [--keys …] [--pairs a:b,…] [--jobs N] [--threshold-mm X]`
 and the `correctives` job kind both parse into a `CorrectivesRequest`, checked on construction.
 `run_correctives` solves the single-key chains and the pair probes, keeps the pairs whose probe
 departs from the sum of the singles by more than the threshold, solves the kept pairs' samples,
@@ -37,6 +37,7 @@ class CorrectivesRequest:
     rig: Path
     output: Path                                 # CORR.npz
     keys: tuple = ()                             # shape keys to correct; () = every key of the fit
+    pairs: tuple = ()                            # ((a, b), …) the only pairs probed; () = every pair of the keys
     processes: int = 1                           # chains of samples solved at once, one process each
     threshold_mm: float = DEFAULT_THRESHOLD_MM   # pairs departing less from the sum of singles are pruned
     collisions: tuple = COLLISION_KINDS          # the contacts the samples are simulated with
@@ -52,6 +53,7 @@ class CorrectivesRequest:
         put("fit", check.input_file(self.fit, "fit", "FIT.npz"))
         put("rig", check.input_file(self.rig, "rig", "RIG.npz"))
         put("keys", check.names(tuple(self.keys), "keys") if self.keys else ())
+        put("pairs", check.name_pairs(tuple(self.pairs), "pairs") if self.pairs else ())
         put("processes", check.whole_number(self.processes, "processes", 1, MAX_PROCESSES))
         put("threshold_mm", check.number(self.threshold_mm, "threshold_mm", *THRESHOLD_RANGE_MM,
                                          meaning="millimetres a pair must depart from the sum of its singles"))
@@ -100,6 +102,12 @@ def _inputs(request: CorrectivesRequest):
         raise RequestError("keys", on_top + " (its activations are a difference to that key's, so it is sampled "
                                             "only together with it)",
                            "add " + ", ".join(sorted(set(missing.values()))) + " to the keys")
+    outside = sorted({name for pair in request.pairs for name in pair} - set(keys))
+    if outside:
+        raise RequestError("pairs", f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} paired but not "
+                                    f"among the keys ({', '.join(keys)})",
+                           "add " + ", ".join(outside) + " to the keys (each must be fitted), or leave "
+                           "its pairs out")
     return model, fit, rig, keys, contexts
 
 
@@ -107,17 +115,15 @@ def run_correctives(request: CorrectivesRequest, report) -> dict:
     from ..correctives.corr_file import save_correctives
     from ..correctives.fitting import (RIDGE_GRID, choose_ridge, fit_terms, probe_deviation_mm, sample_errors_mm,
                                        term_names_for)
-    from ..correctives.samples import (SampleStore, candidate_pairs, combination_chains, pair_chain, probe_chain,
-                                       single_chain, solve_chains, store_fingerprint)
+    from ..correctives.samples import (SampleStore, combination_chains, first_chains, pair_chain, solve_chains,
+                                       store_fingerprint)
     model, fit, rig, keys, contexts = _inputs(request)
     neutral = np.asarray(rig.vertices, dtype=np.float64)
     rig_names = [str(name) for name in rig.shape_key_names]
     deltas = np.asarray(rig.shape_key_deltas, dtype=np.float64)[[rig_names.index(key) for key in keys]]
     store = SampleStore(samples_folder(request.output),
                         store_fingerprint(request.model, request.fit, request.collisions), report)
-    candidates = candidate_pairs(keys)
-    singles = [single_chain(keys, key, contexts) for key in keys]
-    probes = [probe_chain(keys, key, [b for a, b in candidates if a == key], contexts) for key in keys[:-1]]
+    candidates, singles, probes = first_chains(keys, request.pairs, contexts)
     report.progress(f"correctives for {len(keys)} keys: {len(singles)} single-key chains, {len(candidates)} pair "
                     f"probes, in {request.processes} process{'es' * (request.processes != 1)}", fraction=0.0,
                     keys=len(keys), pairs=len(candidates))

@@ -82,6 +82,27 @@ def names(values, field: str) -> tuple:
     return tuple(name.strip() for name in values)
 
 
+def name_pairs(values, field: str) -> tuple:
+    """A list of pairs of two different names, no pair given twice (in either order)."""
+    if isinstance(values, str) or not isinstance(values, (list, tuple)):
+        raise RequestError(field, f"expected a list of pairs of names, found {values!r}",
+                           "give a list such as [[\"jawOpen\", \"mouthSmile_L\"]]")
+    pairs, seen = [], set()
+    for pair in values:
+        if isinstance(pair, str) or not isinstance(pair, (list, tuple)) or len(pair) != 2 or \
+                not all(isinstance(name, str) and name.strip() for name in pair):
+            raise RequestError(field, f"expected a pair of two names, found {pair!r}", "give each pair as two names")
+        first, second = (name.strip() for name in pair)
+        if first == second:
+            raise RequestError(field, f"{first} is paired with itself", "pair two different keys (a key's own "
+                                                                            "square term is always fitted)")
+        if frozenset((first, second)) in seen:
+            raise RequestError(field, f"{first} and {second} are paired twice", "list each pair once")
+        seen.add(frozenset((first, second)))
+        pairs.append((first, second))
+    return tuple(pairs)
+
+
 def input_file(path, field: str, what: str) -> Path:
     """An existing regular file (a directory, or nothing, is refused with what was expected)."""
     if path is None:
