@@ -1,7 +1,8 @@
 """The shell's stiffness fit on the ICT face (paper 001 §4; target ≤ 60 s at 4k triangles): per
-triangle count, the fit's seconds, L-BFGS iterations, loss evaluations, Newton solves
-(factorisations over every shape), the largest shape-key deviation after the fit (face units and
-mm, against ε_r = 0.01), the mesh size, and the whole rig → shell seconds; and the commit.
+triangle count, the fit's seconds, L-BFGS iterations, loss evaluations, factorisations and chord
+steps (over every shape; solver/shell/stiffness_fit.py), the final loss, the largest shape-key
+deviation after the fit (face units and mm, against ε_r = 0.01), the mesh size, and the whole
+rig → shell seconds; and the commit.
 
     .venv/bin/python bench/shell_fit.py [--triangles 2000 4000] [--picture docs/images/shell/stiffness.png]
 
@@ -42,7 +43,8 @@ def main() -> None:
         seconds = summary["seconds"]
         print(f"{summary['coarse_triangles']:5d} triangles / {summary['coarse_vertices']} vertices: fit "
               f"{seconds['fit']:.1f} s, {summary['fit_iterations']} L-BFGS iterations, {summary['fit_evaluations']} "
-              f"evaluations, {summary['newton_solves']} Newton solves ({summary['fit_stop']}); max deviation "
+              f"evaluations, {summary['newton_solves']} factorisations, {summary.get('chord_steps', 0)} chord steps, "
+              f"loss {summary.get('fit_loss', float('nan')):.6g} ({summary['fit_stop']}); max deviation "
               f"{summary['max_deviation']:.5f} face units = {summary['max_deviation_mm']:.2f} mm; "
               f"rig -> shell {seconds['total']:.1f} s ({seconds})")
     if args.picture is not None and model is not None:
