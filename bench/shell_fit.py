@@ -1,7 +1,8 @@
 """The shell's stiffness fit on the ICT face (paper 001 §4; target ≤ 60 s at 4k triangles): per
 triangle count, the fit's seconds, L-BFGS iterations, loss evaluations, factorisations and chord
 steps (over every shape; solver/shell/stiffness_fit.py), the final loss, the largest shape-key
-deviation after the fit (face units and mm, against ε_r = 0.01), the mesh size, and the whole
+deviation after the fit (face units and mm, against ε_r = 0.01), the stiffness maps' means over
+the nose, forehead, cheeks and lips (solver/shell/regions.py), the mesh size, and the whole
 rig → shell seconds; and the commit.
 
     .venv/bin/python bench/shell_fit.py [--triangles 2000 4000] [--picture docs/images/shell/stiffness.png]
@@ -32,6 +33,7 @@ def main() -> None:
     from solver.model_builder.landmarks import infer_head_frame
     from solver.rig import rig_triangles
     from solver.shell.pipeline import build_shell
+    from solver.shell.regions import face_regions, region_means
     from solver.shell.settings import ShellSettings
     if not ict_available():
         sys.exit("bench/shell_fit.py: the ICT data is not in ../shared/data")
@@ -47,6 +49,10 @@ def main() -> None:
               f"loss {summary.get('fit_loss', float('nan')):.6g} ({summary['fit_stop']}); max deviation "
               f"{summary['max_deviation']:.5f} face units = {summary['max_deviation_mm']:.2f} mm; "
               f"rig -> shell {seconds['total']:.1f} s ({seconds})")
+        regions = face_regions(model, rig)
+        for label, stiffness in (("strain", model.strain_stiffness), ("bending", model.bending_stiffness)):
+            means = ", ".join(f"{name} {value:.3g}" for name, value in region_means(stiffness, regions).items())
+            print(f"    {label} stiffness, geometric means by region (N/m): {means}")
     if args.picture is not None and model is not None:
         frame = infer_head_frame(rig)
         from solver.pictures.shell_stiffness import stiffness_picture

@@ -78,6 +78,7 @@ def test_shell_file_refuses_missing_and_pickled(tmp_path):
 
 # --------------------------------------------------------------------------- the fit on a sheet
 
+from solver.shell.regions import face_regions, region_means  # noqa: E402
 from solver.shell.stiffness_fit import QuasiStaticProblem, fit_stiffness  # noqa: E402
 from solver.shell.topology import ShellTopology  # noqa: E402
 
@@ -156,30 +157,6 @@ from ict_data import ict_available, load_ict_rig  # noqa: E402
 ICT_TRIANGLES = 4000     # the issue's resolution: a fit of about 6 min here (bench/shell_fit.py)
 
 
-def face_regions(shell, rig) -> dict:
-    """Coarse-vertex masks of the nose, forehead, lips and cheeks, as balls round points placed
-    from the landmarks solver/model_builder/landmarks.py infers from the shape keys (radii in
-    face heights): nose tip and mid-bridge; the midline forehead point and two points beside it
-    a brow's width out; upper and lower lip and the four half-way points to the corners; the
-    points half-way from each cheekbone to the mouth corner."""
-    from solver.model_builder.landmarks import infer_landmarks
-    p = infer_landmarks(rig).position
-    x = shell.coarse_rest * shell.face_height_m
-    height = shell.face_height_m
-
-    def ball(points, radius):
-        return np.min([np.linalg.norm(x - point, axis=1) for point in points], axis=0) < radius * height
-
-    brow = 0.5 * (p["brow_outer_L"] - p["brow_inner_R"])
-    lips = [p["upper_lip"], p["lower_lip"]] + [0.5 * (p[a] + p[b]) for a in ("upper_lip", "lower_lip")
-                                               for b in ("mouth_corner_L", "mouth_corner_R")]
-    return {"nose": ball([p["nose_tip"], 0.5 * (p["nose_tip"] + p["nasion"])], 0.05),
-            "forehead": ball([p["forehead"], p["forehead"] + brow, p["forehead"] - brow], 0.06),
-            "lips": ball(lips, 0.04),
-            "cheeks": ball([0.5 * (p["cheekbone_L"] + p["mouth_corner_L"]),
-                            0.5 * (p["cheekbone_R"] + p["mouth_corner_R"])], 0.05)}
-
-
 @pytest.fixture(scope="module")
 def ict_shell():
     if not ict_available():
@@ -204,7 +181,7 @@ def test_ict_stiffness_higher_on_nose_and_forehead_than_cheeks_and_lips(ict_shel
     regions = face_regions(shell, rig)
     assert all(mask.sum() >= 4 for mask in regions.values()), {k: int(m.sum()) for k, m in regions.items()}
     for stiffness in (shell.strain_stiffness, shell.bending_stiffness):
-        mean = {name: float(np.exp(np.log(stiffness[mask]).mean())) for name, mask in regions.items()}
+        mean = region_means(stiffness, regions)
         assert min(mean["nose"], mean["forehead"]) > max(mean["cheeks"], mean["lips"]), mean
 
 
