@@ -57,7 +57,8 @@ def main() -> None:
         frame = infer_head_frame(rig)
         from solver.pictures.shell_stiffness import stiffness_picture
         args.picture.parent.mkdir(parents=True, exist_ok=True)
-        stiffness_picture(model, rig_triangles(rig), frame.up, frame.axes[2], args.picture)
+        stiffness_picture(model, rig_triangles(rig), frame.up, frame.axes[2], args.picture,
+                          note=f"commit {commit()}")
         print(f"picture: {args.picture}")
 
 

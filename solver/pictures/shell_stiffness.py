@@ -13,9 +13,10 @@ from .raster import Camera, MeshLayer, add_legend, add_title, render_meshes, sav
 _COLOUR_MAP = "viridis"
 
 
-def stiffness_picture(shell, fine_triangles, up, forward, path, size: int = 640) -> Path:
+def stiffness_picture(shell, fine_triangles, up, forward, path, size: int = 640, note: str = "") -> Path:
     """Write the two maps of `shell` (a ShellModel) on its fine mesh to `path` (PNG); `up` and
-    `forward` are the head's directions (e.g. solver.model_builder.landmarks.infer_head_frame)."""
+    `forward` are the head's directions (e.g. solver.model_builder.landmarks.infer_head_frame);
+    `note` (e.g. the commit) ends the title."""
     vertices = shell.fine_rest_m
     maps = {"strain": shell.fine_strain_stiffness, "bending": shell.fine_bending_stiffness}
     logs = {name: np.log10(np.maximum(values, 1e-12)) for name, values in maps.items()}
@@ -35,4 +36,4 @@ def stiffness_picture(shell, fine_triangles, up, forward, path, size: int = 640)
     entries = [(f"{10.0 ** d:g} N/m", tuple(colour_map((d - low) / max(high - low, 1e-9))[:3])) for d in decades]
     sheet = add_legend(sheet, entries, "at unit face height")
     return save_png(add_title(sheet, f"Fitted shell stiffness ({shell.coarse_triangles.shape[0]} coarse triangles, "
-                                     f"{len(shell.shape_names)} shape keys)"), path)
+                                     f"{len(shell.shape_names)} shape keys{'; ' + note if note else ''})"), path)
