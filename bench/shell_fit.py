@@ -1,6 +1,6 @@
 """The shell's stiffness fit on the ICT face (paper 001 §4; target ≤ 60 s at 4k triangles): per
-triangle count, the fit's seconds, L-BFGS iterations, loss evaluations, factorisations and chord
-steps (over every shape; solver/shell/stiffness_fit.py), the final loss, the largest shape-key
+triangle count, the fit's seconds, L-BFGS iterations, loss evaluations, factorisations
+(over every shape; solver/shell/stiffness_fit.py), the final loss, the largest shape-key
 deviation after the fit (face units and mm, against ε_r = 0.01), the stiffness maps' means over
 the nose, forehead, cheeks and lips (solver/shell/regions.py), the mesh size, and the whole
 rig → shell seconds; and the commit.
@@ -45,7 +45,7 @@ def main() -> None:
         seconds = summary["seconds"]
         print(f"{summary['coarse_triangles']:5d} triangles / {summary['coarse_vertices']} vertices: fit "
               f"{seconds['fit']:.1f} s, {summary['fit_iterations']} L-BFGS iterations, {summary['fit_evaluations']} "
-              f"evaluations, {summary['newton_solves']} factorisations, {summary.get('chord_steps', 0)} chord steps, "
+              f"evaluations, {summary['newton_solves']} factorisations, "
               f"loss {summary.get('fit_loss', float('nan')):.6g} ({summary['fit_stop']}); max deviation "
               f"{summary['max_deviation']:.5f} face units = {summary['max_deviation_mm']:.2f} mm; "
               f"rig -> shell {seconds['total']:.1f} s ({seconds})")

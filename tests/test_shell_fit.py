@@ -111,28 +111,6 @@ def test_adjoint_gradient_matches_finite_differences():
         assert (plus - minus) / (2 * h) == pytest.approx(gradient @ direction, rel=1e-4)
 
 
-def test_chord_steps_on_the_kept_factor_reach_newtons_equilibrium_with_fewer_factorisations():
-    """After an accepted evaluation each shape keeps the factor its adjoint made; the next
-    stiffness's solves start with chord steps on it and end at the equilibrium a solve without it
-    finds, with fewer factorisations."""
-    topology, targets = bump_sheet()
-    rng = np.random.default_rng(1)
-    theta = np.log(0.02) + rng.normal(scale=0.3, size=2 * topology.vertex_count)
-    step = rng.normal(scale=0.1, size=len(theta))
-    kept, fresh = (QuasiStaticProblem(topology, targets, newton_tolerance=1e-10) for _ in range(2))
-    assert kept.evaluate(theta)[2] == "ok" and fresh.evaluate(theta, want_gradient=False)[2] == "ok"
-    kept.accept()           # the adjoint's factors kept
-    fresh.accept()          # no adjoint, no factor to keep
-    assert all(shape.kept is not None for shape in kept.shapes) and all(s.kept is None for s in fresh.shapes)
-    before = kept.newton_solves, fresh.newton_solves
-    assert kept.evaluate(theta + step, want_gradient=False)[2] == "ok"
-    assert fresh.evaluate(theta + step, want_gradient=False)[2] == "ok"
-    for a, b in zip(kept.shapes, fresh.shapes):
-        np.testing.assert_allclose(a.trial, b.trial, atol=1e-6)
-    assert sum(shape.chord_steps for shape in kept.shapes) > 0
-    assert kept.newton_solves - before[0] < fresh.newton_solves - before[1]
-
-
 def test_shapes_replay_within_tolerance_after_a_fit():
     topology, targets = bump_sheet()
     settings = ShellSettings()

@@ -105,7 +105,7 @@ def build_shell(rig: FaceRig, triangles: int = 4000, settings: Optional[ShellSet
         "fine_vertices": len(fine_rest_m), "shapes": len(shape_names), "fitted_shapes": int(fitted.sum()),
         "prescribed": int(prescribed.sum()), "thin": int(thin.sum()),
         "fit_iterations": fit.iterations, "fit_evaluations": fit.evaluations, "newton_solves": fit.newton_solves,
-        "chord_steps": fit.chord_steps, "fit_loss": fit.loss, "fit_stop": fit.stop_reason, "max_deviation": fit.max_deviation,
+        "fit_loss": fit.loss, "fit_stop": fit.stop_reason, "max_deviation": fit.max_deviation,
         "max_deviation_mm": fit.max_deviation * height * 1000, "detail_entries": int(detail.nnz),
         "warp_entries_per_vertex": round(warp.nnz / len(fine_rest_m), 2),
         "seconds": {key: round(value, 3) for key, value in seconds.items()},

@@ -41,9 +41,6 @@ REGION_RINGS = 2                # and solves two rings of neighbours with it (§
 _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 12
 _MAX_EXTRAPOLATION = 64  # longest multiple of a projected Newton step tried (ShapeSystem.solve)
-MAX_CHORD_STEPS = 12    # steps one factor serves at most (ShapeSystem.solve) ...
-CHORD_CONTRACTION = 0.5  # ... and only while each shrinks the largest force at least this much
-KEPT_FACTOR_FITS = 0.1  # |Δ log κ| of every spring below which the kept factor's step is a distance
 _MAX_HOLDS = 8          # shapes whose regions one line search may hold (fit_stiffness)
 STALL_ITERATIONS = 5    # see fit_stiffness's stopping test
 HOLD_SHARE = 0.01       # of the largest barrier sensitivity: what a hold holds
@@ -63,7 +60,6 @@ class FitResult:
     max_deviation: float              # largest ‖x − x^t‖ over shapes and vertices, face units
     stop_reason: str                  # "tolerance", "no feasible descent" (on the barrier) or "iteration limit"
     history: list = field(default_factory=list)   # (iteration, loss, max deviation) per accepted step
-    chord_steps: int = 0              # steps on a kept factor, without factorising
 
     @property
     def converged(self) -> bool:
@@ -163,11 +159,7 @@ class ShapeSystem:
         self.accepted = self.target.copy()      # equilibrium at the last accepted stiffness
         self.trial = self.target.copy()
         self._factor_pending = False        # `solve` converged; `adjoint` factorises at its equilibrium
-        self._factor_at_trial = False       # the current factor is the Hessian's at self.trial
-        self.kept = None                    # the factor at self.accepted (chord steps), when made
-        self.kept_stiffness = self._trial_stiffness = None   # per spring, where each factor was made
         self.newton_solves = 0
-        self.chord_steps = 0
 
     # ------------------------------------------------------------------ energy and derivatives
     def energy_and_gradient(self, x, strain_k, bend_k):
@@ -194,7 +186,6 @@ class ShapeSystem:
     def _factorise(self, x, strain_k, bend_k) -> bool:
         """Project on demand: the exact Hessian, and the PSD-projected one only if that fails.
         True when the exact one factorised."""
-        self._factor_at_trial = False
         self.newton_solves += 1
         try:
             self.cholesky.factorise(self.hessian(x, strain_k, bend_k, project=False))
@@ -206,54 +197,31 @@ class ShapeSystem:
 
     # ------------------------------------------------------------------ Newton
     def solve(self, strain_k, bend_k, tolerance: float, iteration_cap: int) -> bool:
-        """Equilibrium into self.trial from self.accepted; True when converged within the cap of
-        factorisations. The factor at the equilibrium is made only when `adjoint` asks for it: a
-        line-search trial that another shape refuses never needs it.
-
-        A factor serves as long as it pays: the first steps use the kept factor of the Hessian
-        at the accepted equilibrium (made for its adjoint), and a factor made at an iterate serves
-        the steps after it, each a chord step (Newton's step with an earlier Hessian) that costs
-        one back-substitution. A chord step that backtracks or fails to halve the largest force
-        sends the next step to a new factorisation at the iterate."""
+        """Equilibrium into self.trial from self.accepted; True when converged within the cap.
+        The factor at the equilibrium is made only when `adjoint` asks for it: a line-search
+        trial that another shape refuses never needs it."""
         x = self.accepted.copy()
         self._factor_pending = False
         if self.size == 0:
             self.trial = x
             return True
         energy, gradient = self.energy_and_gradient(x, strain_k, bend_k)
-        factor, lagged, exact, reuses, iteration = self.kept, True, True, 0, 0
-        # Proven: the factor's last chord step shrank the largest force enough, or (the kept
-        # factor) no spring of the shape changed its stiffness by more than KEPT_FACTOR_FITS.
-        proven = factor is not None and max(
-            float(np.abs(np.log(now / kept)).max(initial=0.0))
-            for now, kept in zip(self._spring_stiffness(strain_k, bend_k), self.kept_stiffness)) <= KEPT_FACTOR_FITS
-        while True:
-            force = np.abs(gradient).max()
-            if force <= tolerance:
+        for iteration in range(iteration_cap + 1):
+            if np.abs(gradient).max() <= tolerance:
                 self.trial = x
                 self._factor_pending = True
                 return True
-            if factor is None:
-                if iteration == iteration_cap:
-                    break
-                # The exact Hessian is tried at every factorisation: on a buckling path
-                # (compressed springs) it is indefinite for a few iterations, then positive
-                # definite again, and from there Newton converges in two or three steps where
-                # the projected one creeps on linearly.
-                exact = self._factorise(x, strain_k, bend_k)
-                factor, lagged, reuses, proven = self.cholesky, False, 0, False
-                iteration += 1
-            step = -factor.solve(gradient).reshape(-1, 3)
+            if iteration == iteration_cap:
+                break
+            # The exact Hessian is tried at every iterate: on a buckling path (compressed springs)
+            # it is indefinite for a few iterations, then positive definite again, and from there
+            # Newton converges in two or three steps where the projected one creeps on linearly.
+            exact = self._factorise(x, strain_k, bend_k)
+            step = -self.cholesky.solve(gradient).reshape(-1, 3)
             if np.abs(step).max() <= NEWTON_STEP_TOLERANCE:
-                if lagged and not proven:
-                    factor = None       # an earlier Hessian's step is no distance: look again
-                    continue
                 # Closer than the step tolerance: the gradient test alone can be out of reach in
-                # floating point (summing thousands of spring forces leaves ~1e-7 of noise on
-                # stiff shapes), and the Newton step is the distance to the equilibrium. So is a
-                # chord step's length once its factor has shown it fits (its last step at least
-                # halved the force): a new factor only to confirm it doubled the fit's
-                # factorisations (ICT 2k: 3,617).
+                # floating point (summing thousands of spring forces leaves ~1e-7 of noise on stiff
+                # shapes), and the Newton step is the distance to the equilibrium.
                 x = x.copy()
                 x[self.free] += step
                 self.trial = x
@@ -278,26 +246,9 @@ class ShapeSystem:
                 if further_energy >= new_energy or further_energy > energy + _ARMIJO * 2.0 * t * slope:
                     break
                 t, candidate, new_energy, new_gradient = 2.0 * t, further, further_energy, further_gradient
-            if lagged:
-                self.chord_steps += 1
-                proven = t == 1.0 and np.abs(new_gradient).max() <= CHORD_CONTRACTION * force
-                if not proven or reuses >= MAX_CHORD_STEPS:
-                    factor = None
-            lagged, reuses = True, reuses + 1
             x, energy, gradient = candidate, new_energy, new_gradient
         self.trial = x
         return False
-
-    def _spring_stiffness(self, strain_k, bend_k) -> tuple:
-        return self.strain.averaging @ strain_k, self.bending.averaging @ bend_k
-
-    def keep_factor(self) -> None:
-        """The trial became the accepted equilibrium: keep its Hessian's factor (made for the
-        adjoint) for the next solves' chord steps."""
-        if self._factor_at_trial:
-            self.kept = self.cholesky.snapshot()
-            self.kept_stiffness = self._trial_stiffness
-        self._factor_at_trial = False
 
     def adjoint(self, loss_gradient_x, strain_k, bend_k):
         """λᵀ ∂g/∂κ for the strain and the bending stiffness ((n,), (n,)) with H λ = −∂L/∂x, H the
@@ -308,8 +259,6 @@ class ShapeSystem:
         if self._factor_pending:
             self._factorise(self.trial, strain_k, bend_k)
             self._factor_pending = False
-            self._factor_at_trial = True
-            self._trial_stiffness = self._spring_stiffness(strain_k, bend_k)
         adjoint = np.zeros((n, 3))
         adjoint[self.free] = -self.cholesky.solve(loss_gradient_x[self.free].reshape(-1)).reshape(-1, 3)
         out = []
@@ -397,40 +346,35 @@ class QuasiStaticProblem:
                 self.solve_order.insert(0, index)
                 return np.inf, None, status
         loss = float(barrier_values.sum())
+        d_strain = np.zeros_like(strain_k)
+        d_bend = np.zeros_like(bend_k)
+        shape_gradients = []
+        if want_gradient:
+            for shape, gradient_x in zip(self.shapes, barrier_gradients):
+                a, b = shape.adjoint(gradient_x, strain_k, bend_k)
+                d_strain += a
+                d_bend += b
+                # The shape's barrier gradient in log κ: its Gauss–Newton curvature g gᵀ/λ (for
+                # φ = −λ log(1 − u), φ'' = φ'²/λ + λu''/(1 − u)) preconditions L-BFGS.
+                shape_gradients.append(np.concatenate([strain_k * a, bend_k * b]))
         topology = self.topology
-        self._regularisation_gradients = []
-        for stiffness, target in ((strain_k, s.target_strain_stiffness), (bend_k, s.target_bending_stiffness)):
+        for stiffness, target, derivative in ((strain_k, s.target_strain_stiffness, d_strain),
+                                              (bend_k, s.target_bending_stiffness, d_bend)):
             value, gradient = fit_losses.target_stiffness(stiffness, topology.vertex_area, target, s.target_scaling)
             smooth, smooth_gradient = fit_losses.smoothness(stiffness, topology.edges, topology.edge_rest_length,
                                                             s.smoothness)
             loss += value + smooth
-            self._regularisation_gradients.append(gradient + smooth_gradient)
-        self._trial_state = (strain_k, bend_k, barrier_gradients)
-        return loss, (self.trial_gradient() if want_gradient else None), "ok"
-
-    def trial_gradient(self) -> np.ndarray:
-        """The gradient in θ at the last evaluated trial (it must have been "ok"): one adjoint
-        solve per shape, each factorising the Hessian at its equilibrium. The line search asks
-        only for trials it accepts, so a refused one costs no factorisation beyond its solves."""
-        strain_k, bend_k, barrier_gradients = self._trial_state
-        d_strain, d_bend = (gradient.copy() for gradient in self._regularisation_gradients)
-        shape_gradients = []
-        for shape, gradient_x in zip(self.shapes, barrier_gradients):
-            a, b = shape.adjoint(gradient_x, strain_k, bend_k)
-            d_strain += a
-            d_bend += b
-            # The shape's barrier gradient in log κ: its Gauss–Newton curvature g gᵀ/λ (for
-            # φ = −λ log(1 − u), φ'' = φ'²/λ + λu''/(1 − u)) preconditions L-BFGS.
-            shape_gradients.append(np.concatenate([strain_k * a, bend_k * b]))
+            derivative += gradient + smooth_gradient
+        if not want_gradient:
+            return loss, None, "ok"
         self._trial_shape_gradients = (np.array(shape_gradients).T if shape_gradients
                                        else np.zeros((2 * len(strain_k), 0)))
         # Chain rule into log space: dL/dθ = κ dL/dκ.
-        return np.concatenate([strain_k * d_strain, bend_k * d_bend])
+        return loss, np.concatenate([strain_k * d_strain, bend_k * d_bend]), "ok"
 
     def accept(self) -> None:
         for shape in self.shapes:
             shape.accepted = shape.trial
-            shape.keep_factor()
         self.shape_gradients = self._trial_shape_gradients
 
     def equilibria(self) -> np.ndarray:
@@ -527,9 +471,8 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
         t, accepted, holds = 1.0, False, 0
         for _ in range(_MAX_BACKTRACKS + _MAX_HOLDS):
             trial_theta = np.maximum(theta + t * direction, lowest)
-            trial_loss, _, status = problem.evaluate(trial_theta, want_gradient=False)
+            trial_loss, trial_gradient, status = problem.evaluate(trial_theta)
             if status == "ok" and trial_loss <= loss + _ARMIJO * float((trial_theta - theta) @ gradient):
-                trial_gradient = problem.trial_gradient()
                 accepted = True
                 break
             if status in ("infeasible", "effort") and holds < _MAX_HOLDS:
@@ -586,5 +529,4 @@ def fit_stiffness(topology: ShellTopology, targets, prescribed=None, settings: O
     return FitResult(strain_stiffness=strain_k, bending_stiffness=bend_k, equilibria=problem.equilibria(),
                      loss=loss, iterations=iterations, evaluations=problem.evaluations,
                      newton_solves=problem.newton_solves, seconds=time.perf_counter() - started,
-                     chord_steps=sum(shape.chord_steps for shape in problem.shapes),
                      max_deviation=problem.max_deviation(), stop_reason=stop_reason, history=log_rows)
