@@ -120,9 +120,8 @@ def build_correctives(obj, keys: Optional[Sequence[str]] = None, threshold_mm: O
     reports = _Reports()
     threshold = corrective_jobs.DEFAULT_THRESHOLD_MM if threshold_mm is None else float(threshold_mm)
     text = ",".join(keys) if keys else ""
-    pairs_text = ",".join(f"{first}:{second}" for first, second in pairs)
     job = _started(lambda: corrective_jobs.start_correctives_job(reports, bpy.context, obj, 'ALL', text, threshold,
-                                                                 processes, pairs_text), reports)
+                                                                 processes, pairs), reports)
     _finished(job, on_progress, ended=lambda ended: corrective_jobs.keep_samples(obj, ended))
     try:
         return corrective_jobs.apply_correctives(bpy.context, obj, job)

@@ -9,7 +9,7 @@ its corrective keys (corrective_keys.py). No solver import: the solver runs in i
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from . import corrective_keys, job_files, preferences, scene_export, solver_environment, storage, workflow
 from .job_runner import Job
@@ -34,7 +34,7 @@ def pairs_from_text(text: str) -> list:
 
 def start_correctives_job(operator, context, obj, scope: str = 'ALL', keys_text: str = "",
                           threshold_mm: float = DEFAULT_THRESHOLD_MM, processes: Optional[int] = None,
-                          pairs_text: str = ""):
+                          pairs: Sequence = ()):
     """Export the rig and start the correctives job; the scene is not changed here."""
     samples = storage.correctives_samples_path(obj)    # fails early, with the reason, when the .blend is unsaved
     if workflow.report_findings(operator, _preflight(context, obj)):
@@ -51,7 +51,7 @@ def start_correctives_job(operator, context, obj, scope: str = 'ALL', keys_text:
     job_files.write_correctives_job(job_dir, workflow.model_file(obj), workflow.fit_file(obj), rig, keys,
                                     obj.face_physics.fit_processes if processes is None else processes, threshold_mm,
                                     scene_export.collision_kinds(obj), stored_samples=samples,
-                                    pairs=pairs_from_text(pairs_text))
+                                    pairs=pairs)
     count = len(fitted) if keys is None else len(keys)
     return Job(f"correctives of {count} shape key{'s' * (count != 1)}",
                solver_environment.run_job_command(preferences.solver_python(), job_dir), job_dir)

@@ -48,7 +48,7 @@ class FACE_PHYSICS_OT_build_correctives(SolverJobOperator, bpy.types.Operator):
         obj = skin_object(context)
         self._object_name = obj.name
         return corrective_jobs.start_correctives_job(self, context, obj, self.scope, self.keys, self.threshold_mm,
-                                                     pairs_text=self.pairs)
+                                                     pairs=corrective_jobs.pairs_from_text(self.pairs))
 
     def apply(self, context, job):
         names = corrective_jobs.apply_correctives(context, bpy.data.objects[self._object_name], job)

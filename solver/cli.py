@@ -198,8 +198,8 @@ def _shell_fit(args, report):
 
 
 _CORRECTIVES_LABELS = {"model": "MODEL", "fit": "FIT", "rig": "RIG", "output": "-o/--output", "keys": "--keys",
-                       "pairs": "--pairs", "processes": "--jobs", "threshold_mm": "--threshold-mm", "collisions": "--collisions",
-                       "sample_timeout_s": "--sample-timeout", "combinations": "--combinations"}
+                       "pairs": "--pairs", "processes": "--jobs", "threshold_mm": "--threshold-mm",
+                       "collisions": "--collisions", "sample_timeout_s": "--sample-timeout", "combinations": "--combinations"}
 
 
 def _correctives(args, report):
