@@ -20,6 +20,7 @@ another checkout of the project (the previous commit, for a paired run).
     .venv/bin/python bench/forward_frames.py --model ICT.npz [--animation smooth] [--frames 24]
     .venv/bin/python bench/forward_frames.py --model ICT.npz --animation performance --fit FIT.npz \\
         --range 200:230 [--collisions]
+    .venv/bin/python bench/forward_frames.py --model ICT.npz --no-shortcuts     # the solver before them
 
 Targets (issue 41), ICT ~35k tets, 2 cores: ≤ 0.25 s a frame without collisions, ≤ 0.35 s with
 teeth and lip contact; ≤ 1 s at ~100k tets.
@@ -54,9 +55,9 @@ def _arguments():
     parser.add_argument("--range", default="200:230", help="performance: frames A:B of the take")
     parser.add_argument("--warmup", type=int, default=2, help="frames solved first and not counted")
     parser.add_argument("--collisions", action="store_true", help="teeth and lip contact")
-    parser.add_argument("--shortcuts", action="store_true",
-                        help="issue 41's forward shortcuts, off by default in the solver: the predicted start, "
-                             "the oversolve guard (0.2) and the stale-factor refresh (6 CG iterations)")
+    parser.add_argument("--no-shortcuts", action="store_true",
+                        help="without issue 41's forward shortcuts (on by default without collisions): the "
+                             "predicted start, the oversolve guard and the stale-factor refresh")
     parser.add_argument("--solver-from", type=Path, default=REPOSITORY,
                         help="the checkout whose solver/ to import (default: this one)")
     parser.add_argument("--profile", action="store_true",
@@ -161,7 +162,10 @@ def main():
             raise SystemExit("--animation performance needs --fit FIT.npz")
         activations, jaws, detail, fps = performance_frames(model, args.fit, args.weights, args.range)
     settings = {"fps": fps}
-    if args.shortcuts:
+    # Set either way, so that a solver from before they were the defaults (--solver-from) runs them too.
+    if args.no_shortcuts:
+        settings.update(predict_start=False, oversolve_guard=None, stale_factor_krylov_iterations=None)
+    else:
         settings.update(predict_start=True, oversolve_guard=0.2, stale_factor_krylov_iterations=6)
     scene = None
     if args.collisions:

@@ -22,7 +22,7 @@ What to play (each run starts from the neutral face):
                           each led in by 15 frames ramping from the neutral face to its first frame.
 
     .venv/bin/python bench/performance.py --model MODEL.npz --fit FIT.npz [--windows | --frames 0:1400:10]
-        [--weights W.npz] [--no-collisions] [--no-detail] [--json OUT.json] [--curve OUT.png]
+        [--weights W.npz] [--no-collisions [--no-shortcuts]] [--no-detail] [--json OUT.json] [--curve OUT.png]
         [--pictures DIR [--worst 3 | --picture-frames CLIP:FRAME,…]] [--keep DIR] [--no-skin-filter]
     .venv/bin/python bench/performance.py --model MODEL.npz --fit FIT.npz --kept DIR [DIR …] [--refilter] …
 
@@ -98,7 +98,7 @@ def windows(names, weights) -> list[tuple[str, np.ndarray]]:
 
 
 def play(model, fit, rig, weights_in_fit_order, fps, collisions: bool, detail: bool, skin_filter: bool,
-         workdir: Path, label: str):
+         workdir: Path, label: str, shortcuts: bool = True):
     """Animate one clip as `animate MODEL FIT WEIGHTS` does; the result, the plain rig frames,
     the tets held at the blend floor per frame, and the wall time."""
     frames = len(weights_in_fit_order)
@@ -108,7 +108,9 @@ def play(model, fit, rig, weights_in_fit_order, fps, collisions: bool, detail: b
         print(f"  warning: {warning}")
     scene = CollisionScene(model, teeth=True, lips=True) if collisions else None
     started = time.perf_counter()
-    result = animate(model, blended.activations, workdir / f"{label}.npz", SimulationSettings(fps=fps),
+    settings = SimulationSettings(fps=fps) if shortcuts else SimulationSettings(
+        fps=fps, predict_start=False, oversolve_guard=None, stale_factor_krylov_iterations=None)
+    result = animate(model, blended.activations, workdir / f"{label}.npz", settings,
                      skin_detail=blended.detail, collisions=scene, rig_offset=blended.rig_offset,
                      skin_filter=chosen_filter,
                      progress=lambda event: print(f"    frame {event['frame']}/{event['frames']}: "
@@ -262,6 +264,8 @@ def main():
     parser.add_argument("--no-collisions", action="store_true")
     parser.add_argument("--no-detail", action="store_true")
     parser.add_argument("--no-skin-filter", action="store_true")
+    parser.add_argument("--no-shortcuts", action="store_true",
+                        help="without issue 41's forward shortcuts (they act only without collisions)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--curve", type=Path, help="PNG of creases, folds and seconds over the frames")
     parser.add_argument("--pictures", type=Path, help="folder for mouth close-ups of the worst frames")
@@ -314,10 +318,12 @@ def main():
     info = json.loads(str(model["build_info"])) if "build_info" in model else {}
     print(f"commit {commit()}; ICT face: {len(model['tets'])} tets, {len(model['rest_positions'])} nodes, "
           f"{len(rig.vertices)} skin vertices, {len(judge.bends)} interior edges in the face part; "
-          f"{args.weights.name} at {fps:g} fps; collisions {'off' if args.no_collisions else 'teeth,lips'}, "
+          f"{args.weights.name} at {fps:g} fps; collisions {'off' if args.no_collisions else 'teeth,lips'}"
+          f"{(', shortcuts ' + ('off' if args.no_shortcuts else 'on')) if args.no_collisions else ''}, "
           f"detail {'off' if args.no_detail else 'on'}, "
           f"skin filter {'off' if args.no_skin_filter else 'on'}", flush=True)
     report = {"commit": commit(), "tets": int(len(model["tets"])), "face_edges": len(judge.bends),
+              "collisions": not args.no_collisions, "shortcuts": not args.no_shortcuts,
               "lattice_spacing_mm": info.get("lattice_spacing_m", 0) * 1e3, "clips": []}
     everything = []
     worst = []
@@ -332,7 +338,8 @@ def main():
                     refilter(model, result, plain, index, args.jobs)
             else:
                 result, plain, held, wall = play(model, fit, rig, clip, fps, not args.no_collisions,
-                                                 not args.no_detail, not args.no_skin_filter, workdir, f"clip{index}")
+                                                 not args.no_detail, not args.no_skin_filter, workdir, f"clip{index}",
+                                                 shortcuts=not args.no_shortcuts)
             if args.keep:
                 np.savez(workdir / f"clip{index}_weights.npz", weights=clip, label=np.array(label))
             rows = []

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from solver.physics import newton
+from solver.physics.bones import bone_transforms
 from solver.physics.simulator import FaceSimulator, SimulationSettings
 
 FRAMES = 8
@@ -30,16 +31,19 @@ def _smile_ramp(model, frames: int):
 
 
 def _play(model, predict: bool, frames=FRAMES):
-    simulator = FaceSimulator(model, SimulationSettings(gravity=True, predict_start=predict))
+    """The smile ramp solved with the default shortcuts (predict) or with none (the previous solver)."""
+    settings = SimulationSettings(gravity=True) if predict else SimulationSettings(
+        gravity=True, predict_start=False, oversolve_guard=None, stale_factor_krylov_iterations=None)
+    simulator = FaceSimulator(model, settings)
     results = [simulator.step(activation, jaw) for activation, jaw in _smile_ramp(model, frames)]
     positions = np.array([result.positions for result in results])
     return simulator, results, positions
 
 
 def test_predicted_starts_land_within_a_hundredth_of_a_millimetre_of_the_plain_solver(small_demo_model):
-    """The previous solver (every frame started at the last one's positions) against the predicted
-    start on a smooth ramp: every node of every frame within 0.01 mm, every frame converged, and
-    fewer Newton iterations in all."""
+    """The previous solver (every frame started at the last one's positions, no shortcut) against
+    the default shortcuts on a smooth ramp: every node of every frame within 0.01 mm, every frame
+    converged, and fewer Newton iterations in all."""
     _, plain, plain_positions = _play(small_demo_model, predict=False)
     _, predicted, predicted_positions = _play(small_demo_model, predict=True)
     assert all(result.converged for result in plain + predicted)
@@ -116,3 +120,69 @@ def test_a_resumed_bake_continues_the_predicted_motion(small_demo_model):
     resumed.resume(first.snapshot(), first.solver.linear_solver.kept_factor())
     for frame, wanted in zip(frames[cut:], expected[cut:]):
         np.testing.assert_array_equal(resumed.step(*frame).positions, wanted)
+
+
+def _ramp_state(model, frames: int):
+    """A simulator after `frames` frames of the default ramp, the next frame's material set and
+    bones placed: (simulator, next frame's start x0, its prediction, the force scale's floor)."""
+    simulator = FaceSimulator(model, SimulationSettings(gravity=True))
+    ramp = list(_smile_ramp(model, frames + 1))
+    for activation, jaw in ramp[:frames]:
+        simulator.step(activation, jaw)
+    simulator.objective.material = simulator.material_for(ramp[frames][0])
+    simulator._activation_force = np.abs(simulator._rest_gradient(simulator.objective.material)).max()
+    simulator.constraints.use_frame(*bone_transforms(np.eye(4), model["jaw_frame"], ramp[frames][1]))
+    x0 = simulator.positions.copy()
+    return simulator, x0, 2.0 * x0 - simulator._previous_frame_start, simulator._driving_force()
+
+
+def test_the_modelled_start_is_a_second_order_model(small_demo_model):
+    """E and the residual at x0 from the prediction's pass: the model's error falls as the cube
+    (energy) and the square (residual) of the distance, so the prediction's pass can stand in for
+    one at x0 on a smooth take."""
+    simulator, x0, prediction, _ = _ramp_state(small_demo_model, 5)
+    objective, constraints = simulator.objective, simulator.constraints
+    errors = []
+    for fraction in (0.25, 0.125, 0.0625):
+        point = constraints.x_from_q(constraints.q_from_x(x0 + fraction * (prediction - x0)))
+        energy, gradient, hessian = objective.energy_gradient_hessian(point)
+        modelled_energy, modelled_residual = newton._modelled_start(constraints, x0, point, energy, gradient, hessian)
+        exact_energy, exact_gradient = objective.energy_and_gradient(constraints.x_from_q(constraints.q_from_x(x0)))
+        exact_residual = np.abs(constraints.reduce_gradient(exact_gradient)).max()
+        errors.append((abs(modelled_energy - exact_energy), abs(modelled_residual - exact_residual)))
+    (e1, r1), (e2, r2), (e3, r3) = errors
+    assert e2 < e1 / 5 and e3 < e2 / 5, f"energy errors {e1:.3g}, {e2:.3g}, {e3:.3g}: not third order"
+    assert r2 < r1 / 2.5 and r3 < r2 / 2.5, f"residual errors {r1:.3g}, {r2:.3g}, {r3:.3g}: not second order"
+
+
+def test_a_trusted_prediction_saves_the_pass_at_the_start_and_nothing_else(small_demo_model):
+    """Where the model puts the start's force within the floor, the solve from the prediction's
+    pass alone reaches the bits of a solve handed E and the scale at x0 evaluated exactly, with
+    no more evaluations than that solve: the pass at x0 is saved."""
+    simulator, x0, prediction, floor = _ramp_state(small_demo_model, 5)
+    objective, constraints = simulator.objective, simulator.constraints
+    start = constraints.x_from_q(constraints.q_from_x(x0))
+    exact_energy, exact_gradient = objective.energy_and_gradient(start)
+    scale = max(floor, np.abs(constraints.reduce_gradient(exact_gradient)).max())
+    assert scale == floor, "this frame's start force should be within the floor"
+    calls = {"count": 0}
+    for name in ("energy", "energy_and_gradient", "energy_gradient_hessian"):
+        method = getattr(objective, name)
+
+        def counted(*args, _method=method, **kwargs):
+            calls["count"] += 1
+            return _method(*args, **kwargs)
+        setattr(objective, name, counted)
+    kept = simulator.solver.linear_solver.kept_factor()
+    results = {}
+    for label, options in (("exact", dict(force_scale=scale, start_energy=exact_energy)),
+                           ("modelled", dict(force_scale_floor=floor))):
+        solver = newton.NewtonSolver(objective, constraints, tolerance=simulator.settings.tolerance)
+        solver.linear_solver.restore_factor(kept)
+        calls["count"] = 0
+        results[label] = (solver.solve(x0, predicted_start=prediction, **options), calls["count"])
+    (exact, exact_calls), (modelled, modelled_calls) = results["exact"], results["modelled"]
+    assert exact.predicted and modelled.predicted and exact.converged and modelled.converged
+    assert modelled.force_scale == exact.force_scale
+    np.testing.assert_array_equal(modelled.x, exact.x)
+    assert modelled_calls == exact_calls, (modelled_calls, exact_calls)

@@ -111,24 +111,26 @@ class SimulationSettings:
     # "Energy"). 0: off.
     volume_floor: float = 0.2
     volume_floor_stiffness: float = 50.0
-    # Quasi-static frames without collisions start Newton from the last two frames' motion
-    # continued, x_n + (x_n − x_{n−1}), when that has the lower energy (newton_minimise's
-    # predicted_start): on a smooth animation the start is then a second-order guess, not a
-    # first-order one. ICT expression ramp, 12 frames: 38 → 25 Newton iterations, frames within
-    # 0.0004 mm of those started at x_n (docs/benchmarks.md, "Forward physics"). Off by default
-    # until a captured performance has been played through it and looked at (issue 41).
-    predict_start: bool = False
+    # Issue 41's three forward shortcuts. They act only on a simulator without a collision scene:
+    # in contact rounds the oversolve guard and the factor refresh led ICT's lip frames to another
+    # equilibrium 11.7 mm away, and a contact frame is not a smooth motion to extrapolate
+    # (docs/benchmarks.md, "Forward physics"). The whole captured performance without collisions
+    # played with and without them: docs/benchmarks.md.
+    # Quasi-static frames start Newton from the last two frames' motion continued,
+    # x_n + (x_n − x_{n−1}), when that has the lower energy (newton_minimise's predicted_start):
+    # on a smooth animation the start is then a second-order guess, not a first-order one. ICT
+    # expression ramp, 12 frames: 38 → 25 Newton iterations, frames within 0.0004 mm of those
+    # started at x_n.
+    predict_start: bool = True
     # Newton's last step of a frame is solved only as accurately as the tolerance needs: CG's
     # relative accuracy η ≥ this × the residual to reach / the residual (newton_minimise's
     # oversolve_guard; None: η = residual / force scale alone, which asked the last step for
-    # 30–2,500 times the tolerance on ICT frames). Off (None) by default, like predict_start; 0.2
-    # is the value measured.
-    oversolve_guard: Optional[float] = None
+    # 30–2,500 times the tolerance on ICT frames).
+    oversolve_guard: Optional[float] = 0.2
     # Newton's kept factor is refreshed (a factorisation in place of CG) once a CG solve on it
     # took more than this many iterations (newton.CholmodLinearSolver.stale_krylov_iterations;
-    # None: only when CG fails at newton.MAX_KRYLOV_ITERATIONS). Off (None) by default, like
-    # predict_start; 6 is the value measured.
-    stale_factor_krylov_iterations: Optional[int] = None
+    # None: only when CG fails at newton.MAX_KRYLOV_ITERATIONS).
+    stale_factor_krylov_iterations: Optional[int] = 6
 
     def __post_init__(self):
         if self.contact_solver not in CONTACT_SOLVERS:
@@ -168,6 +170,10 @@ class FrameResult:
     bone_limited_vertices: int = 0      # vertices whose plane was held at skin_embedding.MAX_TISSUE_COMPRESSION
     skull_transform: np.ndarray = field(default_factory=lambda: np.eye(4))   # bones' world transforms
     jaw_transform: np.ndarray = field(default_factory=lambda: np.eye(4))     # from rest, this frame
+
+
+def _max_abs(vector: np.ndarray) -> float:
+    return float(np.abs(vector).max(initial=0.0))
 
 
 def _interpolate_rigid(start: np.ndarray, end: np.ndarray, fraction: float) -> np.ndarray:
@@ -257,8 +263,6 @@ class FaceSimulator:
         self.objective.volume_floor_share, self.objective.volume_floor_stiffness = s.volume_floor, s.volume_floor_stiffness
         self.solver = NewtonSolver(self.objective, self.constraints, tolerance=s.tolerance,
                                    max_iterations=s.max_iterations)
-        self.solver.oversolve_guard = s.oversolve_guard
-        self.solver.linear_solver.stale_krylov_iterations = s.stale_factor_krylov_iterations
         # Gravity points down in the rig's rest pose: the head frame's up axis at rest.
         self.gravity_force = np.zeros(3 * node_count)
         if s.gravity:       # down the head frame's up axis; linear in x, so only its force is kept
@@ -276,6 +280,9 @@ class FaceSimulator:
                 max_rounds=s.max_contact_rounds, stiffness_factor=s.contact_stiffness_factor,
                 hessian_layout=self.elasticity, margin=s.contact_margin,
                 skin_over_bone=SkinOverBone.from_model(model), sliding=SlidingNodes.from_constraints(self.constraints))
+        if self.contact_response is None:        # the shortcuts are for frames without contact (above)
+            self.solver.oversolve_guard = s.oversolve_guard
+            self.solver.linear_solver.stale_krylov_iterations = s.stale_factor_krylov_iterations
         self.contact_region = None
         if collisions is not None and s.contact_region_rings > 0:
             self.contact_region = ContactRegion(model, self.elasticity, self.skin_embedding,
@@ -543,13 +550,15 @@ class FaceSimulator:
         time_step = 1.0 / (self.settings.fps * self.settings.substeps)
         objective.inertia = InertiaEnergy(self.node_mass, previous + time_step * self.velocity, time_step) \
             if self.settings.dynamic else None
-        force_scale, start_energy = self._force_scale_and_start_energy(previous, skull, jaw_transform)
         if self.contact_response is None:
+            # The start's out-of-balance force joins the scale inside the solve, from the pass it
+            # makes at its start anyway (or from the prediction's model of it: newton_minimise).
             prediction = 2.0 * previous - self._previous_frame_start if predict else None
             result = self.solver.solve(previous, skull_transform=skull, jaw_transform=jaw_transform,
-                                       force_scale=force_scale, tolerance=tolerance, predicted_start=prediction,
-                                       start_energy=start_energy)
+                                       force_scale_floor=self._driving_force(), tolerance=tolerance,
+                                       predicted_start=prediction)
         else:
+            force_scale = self.force_scale(previous, skull, jaw_transform)
             result = self._solve_with_contacts(previous, skull, jaw_transform, pose, force_scale, budget, tolerance)
         self.positions = np.asarray(result.x, dtype=np.float64).reshape(-1).copy()
         if self.settings.dynamic:
@@ -618,16 +627,16 @@ class FaceSimulator:
         released stretch or the momentum of a dynamic step put on the tissue). Without that
         last term a frame driven only by bone motion or inertia had the MIN_FORCE_SCALE floor
         as its scale, a threshold at round-off level that Newton cannot reach: converged frames
-        were reported unconverged after 50 iterations."""
-        return self._force_scale_and_start_energy(start, skull, jaw_transform)[0]
-
-    def _force_scale_and_start_energy(self, start, skull, jaw_transform) -> tuple[float, float]:
-        """(force_scale, E at `start` moved onto the bones): the energy comes with the same pass and
-        is what a predicted start must beat (newton_minimise)."""
-        external = np.abs(self.objective.constant_force).max(initial=0.0)
+        were reported unconverged after 50 iterations. Frames without contact take the last
+        term inside their Newton solve instead (force_scale_floor), from the pass it starts with."""
         constraints = self.constraints
         constraints.use_frame(skull, jaw_transform)
         projected_start = constraints.x_from_q(constraints.q_from_x(start))
-        start_energy, start_gradient = self.objective.energy_and_gradient(projected_start)
-        start_force = np.abs(constraints.reduce_gradient(start_gradient)).max(initial=0.0)
-        return max(self._activation_force, external, start_force, MIN_FORCE_SCALE), float(start_energy)
+        _, start_gradient = self.objective.energy_and_gradient(projected_start)     # the bits the solve starts with
+        start_force = _max_abs(constraints.reduce_gradient(start_gradient))
+        return max(self._driving_force(), start_force)
+
+    def _driving_force(self) -> float:
+        """The force scale's terms that do not depend on where the step starts: the activation's
+        pull at rest, gravity and wind, and the MIN_FORCE_SCALE floor."""
+        return max(self._activation_force, _max_abs(self.objective.constant_force), MIN_FORCE_SCALE)
