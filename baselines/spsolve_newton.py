@@ -10,8 +10,8 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import MatrixRankWarning, spsolve
 
 from solver.physics.constraints import BoneConstraints
-from solver.physics.newton import (DEFAULT_MAX_ITERATIONS, DEFAULT_TOLERANCE, HessianNotPositiveDefinite, LowRankTerm,
-                                   NewtonResult, Objective, shift_sequence, newton_minimise)
+from solver.physics.linear_solver import HessianNotPositiveDefinite, LowRankTerm, shift_sequence
+from solver.physics.newton import DEFAULT_MAX_ITERATIONS, DEFAULT_TOLERANCE, NewtonResult, Objective, newton_minimise
 
 
 class SpsolveLinearSolver:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from solver.physics import newton
+from solver.physics import linear_solver, newton
 from solver.physics.bones import (bone_transforms, jaw_transform, rigid_transform, rotation_about_x,
                                   rotation_about_y)
 from solver.physics.constraints import BoneConstraints
@@ -287,8 +287,8 @@ def test_newton_solves_a_quadratic_in_one_step(grid):
 def test_newton_converges_on_springs_with_monotone_energy(grid, monkeypatch):
     model, edges, constraints, skull, jaw = grid
     analyses = []
-    real_cholesky = newton.SparseCholesky
-    monkeypatch.setattr(newton, "SparseCholesky", lambda *args, **kw: analyses.append(1) or real_cholesky(*args, **kw))
+    real_cholesky = linear_solver.SparseCholesky
+    monkeypatch.setattr(linear_solver, "SparseCholesky", lambda *args, **kw: analyses.append(1) or real_cholesky(*args, **kw))
 
     solver = NewtonSolver(SpringNetwork(model["rest_positions"], edges), constraints, tolerance=1e-8)
     x = model["rest_positions"].ravel()
@@ -395,12 +395,12 @@ def test_preconditioned_cg_solves_and_refuses_what_it_cannot():
     spd = sp.csr_matrix(basis @ np.diag(np.linspace(1.0, 50.0, 30)) @ basis.T)
     rhs = rng.normal(size=30)
     jacobi = 1.0 / spd.diagonal()
-    solution, iterations = newton.preconditioned_conjugate_gradients(spd, rhs, lambda r: jacobi * r, 1e-10, 100)
+    solution, iterations = linear_solver.preconditioned_conjugate_gradients(spd, rhs, lambda r: jacobi * r, 1e-10, 100)
     assert np.linalg.norm(spd @ solution - rhs) <= 1e-10 * np.linalg.norm(rhs)
     assert 1 <= iterations <= 30
-    assert newton.preconditioned_conjugate_gradients(spd, rhs, lambda r: jacobi * r, 1e-10, 2) == (None, 2)
+    assert linear_solver.preconditioned_conjugate_gradients(spd, rhs, lambda r: jacobi * r, 1e-10, 2) == (None, 2)
     indefinite = sp.csr_matrix(basis @ np.diag(np.linspace(-5.0, 50.0, 30)) @ basis.T)
-    direction, _ = newton.preconditioned_conjugate_gradients(indefinite, rhs, lambda r: r, 1e-10, 100)
+    direction, _ = linear_solver.preconditioned_conjugate_gradients(indefinite, rhs, lambda r: r, 1e-10, 100)
     assert direction is None                   # negative curvature met: the caller factorises
 
 
@@ -411,17 +411,17 @@ def test_a_krylov_solve_says_how_it_ended_and_keeps_the_factor():
     basis = np.linalg.qr(rng.normal(size=(20, 20)))[0]
     spd = sp.csc_matrix(basis @ np.diag(np.linspace(1.0, 10.0, 20)) @ basis.T)
     rhs = rng.normal(size=20)
-    solver = newton.CholmodLinearSolver()
-    assert solver.krylov_solve(spd, rhs, 1e-8) == (None, newton.NO_FACTOR)
+    solver = linear_solver.CholmodLinearSolver()
+    assert solver.krylov_solve(spd, rhs, 1e-8) == (None, linear_solver.NO_FACTOR)
     solver.factorise(spd)
     nearby = sp.csc_matrix(basis @ np.diag(np.linspace(1.0, 12.0, 20)) @ basis.T)
     direction, outcome = solver.krylov_solve(nearby, rhs, 1e-10, shift=0.5)
-    assert outcome == newton.SOLVED
+    assert outcome == linear_solver.SOLVED
     np.testing.assert_allclose((nearby.toarray() + 0.5 * np.eye(20)) @ direction, rhs, atol=1e-8)
     indefinite = sp.csc_matrix(basis @ np.diag(np.linspace(-1.0, 10.0, 20)) @ basis.T)
-    assert solver.krylov_solve(indefinite, rhs, 1e-10, shift=0.01) == (None, newton.NEGATIVE_CURVATURE)
+    assert solver.krylov_solve(indefinite, rhs, 1e-10, shift=0.01) == (None, linear_solver.NEGATIVE_CURVATURE)
     distant = sp.csc_matrix(basis @ np.diag(np.geomspace(1e-3, 1e3, 20)) @ basis.T)
-    assert solver.krylov_solve(distant, rhs, 1e-12) == (None, newton.TOO_MANY_ITERATIONS)
+    assert solver.krylov_solve(distant, rhs, 1e-12) == (None, linear_solver.TOO_MANY_ITERATIONS)
     assert solver.factorisations == 1 and solver._has_numeric_factor
     np.testing.assert_allclose(spd @ solver.factor_copy().solve(rhs), rhs, atol=1e-10)
 
@@ -532,7 +532,7 @@ def test_a_shifted_factorisation_starts_the_next_one_just_below_its_shift():
     tenfold; the next starts a tenth below the shift that worked and needs two tries, not the
     whole climb again. Once the matrix is definite the start falls tenfold a call back to 0."""
     indefinite = sp.csc_matrix(np.diag([1.0, 2.0, -1e-3]))
-    solver = newton.CholmodLinearSolver()
+    solver = linear_solver.CholmodLinearSolver()
     first = solver.factorise(indefinite)
     climb = solver.factorisations
     assert first > 1e-3 and climb > 5
@@ -562,10 +562,10 @@ def test_a_kept_factor_is_modified_by_the_low_rank_columns_that_changed():
         values = np.zeros((size, len(columns)))
         for position, index in enumerate(columns):
             values[column_entries[index][0], position] = column_entries[index][1]
-        return newton.LowRankTerm(sp.csc_matrix(values), keys)
+        return linear_solver.LowRankTerm(sp.csc_matrix(values), keys)
 
     first, second = term([0, 1, 2, 3]), term([2, 3, 4, 5, 6])
-    solver = newton.CholmodLinearSolver()
+    solver = linear_solver.CholmodLinearSolver()
     with_first = sp.csc_matrix((base + first.columns @ first.columns.T).toarray())
     solver.factorise(with_first, first)
     with_second = sp.csc_matrix((base + second.columns @ second.columns.T).toarray())
@@ -591,13 +591,13 @@ def test_a_solve_limited_to_given_shifts_tries_only_those():
     with `shifts` the solver tries exactly those, one factorisation each, and says so when none
     makes the matrix definite; the kept factor is then gone (no stale preconditioner)."""
     rhs = np.ones(3)
-    solver = newton.CholmodLinearSolver()
+    solver = linear_solver.CholmodLinearSolver()
     mild = sp.csc_matrix(np.diag([1.0, 2.0, -1e-3]))
     direction, shift = solver.solve(mild, rhs, shifts=(0.0, 1e-2))
     assert shift == 1e-2 and solver.factorisations == 2
     np.testing.assert_allclose(direction, rhs / (mild.diagonal() + 1e-2))
     strong = sp.csc_matrix(np.diag([1.0, 2.0, -1.0]))
-    with pytest.raises(newton.HessianNotPositiveDefinite):
+    with pytest.raises(linear_solver.HessianNotPositiveDefinite):
         solver.solve(strong, rhs, 0.1, shifts=(0.0, 1e-2))
     assert solver.factorisations == 4 and not solver._has_numeric_factor
 
@@ -611,11 +611,11 @@ def test_an_exact_hessian_with_a_projected_fallback_tries_no_shift_then_only_shi
     smallest = newton.MIN_EXACT_SHIFT_RELATIVE
 
     def shifts(last_shift, first_relative=smallest):
-        return list(itertools.islice(newton.shift_sequence(matrix, last_shift, first_relative), 3))
+        return list(itertools.islice(linear_solver.shift_sequence(matrix, last_shift, first_relative), 3))
 
     assert smallest < newton.MAX_EXACT_SHIFT_RELATIVE
     assert shifts(0.0) == [0.0, 2 * smallest, pytest.approx(20 * smallest)]
     assert shifts(20 * smallest) == [pytest.approx(2 * smallest), pytest.approx(20 * smallest),
                                      pytest.approx(200 * smallest)]
     assert shifts(10 * smallest) == [0.0, 2 * smallest, pytest.approx(20 * smallest)]
-    assert shifts(0.0, newton.FIRST_SHIFT_RELATIVE)[:2] == [0.0, 2 * newton.FIRST_SHIFT_RELATIVE]
+    assert shifts(0.0, linear_solver.FIRST_SHIFT_RELATIVE)[:2] == [0.0, 2 * linear_solver.FIRST_SHIFT_RELATIVE]

@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from solver import pc2
-from solver.physics import newton
+from solver.physics import linear_solver
 from solver.physics.checkpoint import Checkpoint, ResumeError, fingerprint
 from solver.physics.inputs import ActivationInput
 from solver.physics.simulator import FaceSimulator, SimulationSettings
@@ -74,12 +74,12 @@ def test_a_restored_factor_solves_as_the_kept_one_did():
     matrix = sp.csc_matrix(base @ base.T + 30 * np.eye(30))
     values = np.zeros((30, 2))
     values[[1, 4, 9], 0], values[[2, 3], 1] = 5.0, -4.0
-    term = newton.LowRankTerm(sp.csc_matrix(values), (b"a\x00", b"b"))   # keys are bytes, zeros kept
-    kept_solver = newton.CholmodLinearSolver()
+    term = linear_solver.LowRankTerm(sp.csc_matrix(values), (b"a\x00", b"b"))   # keys are bytes, zeros kept
+    kept_solver = linear_solver.CholmodLinearSolver()
     kept_solver.factorise(matrix, term)
     matrix.data *= 2.0                          # the next assembly refills the values in place
     kept = kept_solver.kept_factor()
-    restored = newton.CholmodLinearSolver()
+    restored = linear_solver.CholmodLinearSolver()
     restored.restore_factor(kept)
     rhs = rng.normal(size=30)
     assert restored._factored_term.keys == term.keys

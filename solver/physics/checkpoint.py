@@ -50,7 +50,7 @@ def fingerprint(settings: dict, inputs: Iterable[Optional[Path]]) -> str:
 class Checkpoint:
     """The state file of one bake: `save` after each frame, `load` to resume.
 
-    The Newton solver's kept factor (newton.CholmodLinearSolver.kept_factor) preconditions the
+    The Newton solver's kept factor (linear_solver.CholmodLinearSolver.kept_factor) preconditions the
     next frames; without it a resumed bake reaches equilibria a solver tolerance away from the
     uninterrupted one's (2.9 µm on the demo head). It is saved as `factor_<n>.npz`, n counting
     the factorisations, only when a new one was made (most frames reuse the last), before the

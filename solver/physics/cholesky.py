@@ -6,7 +6,7 @@ Both back ends are SuiteSparse's CHOLMOD; they differ in how it reaches Python:
   its packages (``build.py setup``). The symbolic analysis (METIS ordering, supernodes) is done
   once per sparsity pattern and each factorisation only refills the numbers; a factor can be
   copied and modified by low-rank updates and downdates, which the Newton solver's contact
-  preconditioner uses (newton.py).
+  preconditioner uses (linear_solver.py).
 * ``cholespy``: CHOLMOD bundled in wheels for Windows, macOS and Linux, so the extension installs
   anywhere offline with no compiler (issue 39). It has no separate analysis — each factorisation
   orders and analyses again — and no modifications: a factor is what it was made from.

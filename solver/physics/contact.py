@@ -47,7 +47,7 @@ import numpy as np
 import scipy.sparse
 
 from ..collisions.contacts import ContactPlanes
-from .newton import LowRankTerm
+from .linear_solver import LowRankTerm
 from .skin_embedding import SkinEmbedding
 
 
@@ -172,7 +172,7 @@ class AugmentedLagrangianContact:
     def hessian_low_rank(self, x) -> LowRankTerm:
         """This term's Hessian as Σ c cᵀ over the active planes (λ − κ g > 0): c = √κ (w ⊗ n) on
         the plane's four nodes (3N × k CSC), keyed by the column's nodes and values so that a
-        plane active in two solves is recognised (newton.LowRankTerm)."""
+        plane active in two solves is recognised (linear_solver.LowRankTerm)."""
         size = 3 * self.embedding.node_count
         if not self.count:
             return LowRankTerm.empty(size)

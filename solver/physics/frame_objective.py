@@ -115,7 +115,7 @@ class FrameObjective:
 
     def hessian_low_rank(self, x):
         """The contact planes' part of the Hessian, which switches on and off between Newton
-        iterations (newton.LowRankTerm); None without contacts."""
+        iterations (linear_solver.LowRankTerm); None without contacts."""
         return self.contact.hessian_low_rank(x) if self.contact is not None else None
 
     def hessian(self, x):

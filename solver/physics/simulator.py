@@ -128,8 +128,8 @@ class SimulationSettings:
     # 30–2,500 times the tolerance on ICT frames).
     oversolve_guard: Optional[float] = 0.2
     # Newton's kept factor is refreshed (a factorisation in place of CG) once a CG solve on it
-    # took more than this many iterations (newton.CholmodLinearSolver.stale_krylov_iterations;
-    # None: only when CG fails at newton.MAX_KRYLOV_ITERATIONS).
+    # took more than this many iterations (linear_solver.CholmodLinearSolver.stale_krylov_iterations;
+    # None: only when CG fails at linear_solver.MAX_KRYLOV_ITERATIONS).
     stale_factor_krylov_iterations: Optional[int] = 6
 
     def __post_init__(self):
@@ -459,7 +459,7 @@ class FaceSimulator:
 
     def resume(self, state: dict, factor: Optional[dict] = None) -> None:
         """Continue from a `snapshot()` and, when given, the Newton solver's kept factor
-        (newton.CholmodLinearSolver.kept_factor), which preconditions the next frames as it did
+        (linear_solver.CholmodLinearSolver.kept_factor), which preconditions the next frames as it did
         when the snapshot was taken."""
         self.return_to_rest()
         if np.shape(state["positions"]) != self.positions.shape or \
@@ -572,7 +572,7 @@ class FaceSimulator:
         rounds stop at INTERMEDIATE_CONTACT_DEPTH (or the contact tolerance, if larger)."""
         def newton(x0, scale):
             # Contact rounds take inexact steps too: CG is preconditioned by the kept factor
-            # modified to the planes active now (newton.LowRankTerm, CHOLMOD update/downdate).
+            # modified to the planes active now (linear_solver.LowRankTerm, CHOLMOD update/downdate).
             # Solved exactly instead, ICT's 7-frame lip animation at tolerance 1e-5 took 1,188
             # Newton iterations and 2,293 factorisations (frame 5 unconverged after 20 rounds);
             # with the modified factor 336 iterations, 297 factorisations, every frame converged.
