@@ -56,7 +56,7 @@ from solver.inverse.fit_file import load_fit  # noqa: E402
 from solver.inverse.shapes import rig_shape_deltas  # noqa: E402
 from solver.model_file import load_model  # noqa: E402
 from solver.physics.animate import animate  # noqa: E402
-from solver.physics.simulator import SimulationSettings  # noqa: E402
+from solver.physics.simulator import WITHOUT_SHORTCUTS, SimulationSettings  # noqa: E402
 from solver.physics.skin_filter import SkinFilter, default_width  # noqa: E402
 from solver.rig import triangulate  # noqa: E402
 from tests.ict_data import load_ict_rig  # noqa: E402
@@ -108,8 +108,7 @@ def play(model, fit, rig, weights_in_fit_order, fps, collisions: bool, detail: b
         print(f"  warning: {warning}")
     scene = CollisionScene(model, teeth=True, lips=True) if collisions else None
     started = time.perf_counter()
-    settings = SimulationSettings(fps=fps) if shortcuts else SimulationSettings(
-        fps=fps, predict_start=False, oversolve_guard=None, stale_factor_krylov_iterations=None)
+    settings = SimulationSettings(fps=fps, **({} if shortcuts else WITHOUT_SHORTCUTS))
     result = animate(model, blended.activations, workdir / f"{label}.npz", settings,
                      skin_detail=blended.detail, collisions=scene, rig_offset=blended.rig_offset,
                      skin_filter=chosen_filter,

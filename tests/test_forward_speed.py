@@ -11,7 +11,7 @@ import pytest
 
 from solver.physics import newton
 from solver.physics.bones import bone_transforms
-from solver.physics.simulator import FaceSimulator, SimulationSettings
+from solver.physics.simulator import WITHOUT_SHORTCUTS, FaceSimulator, SimulationSettings
 
 FRAMES = 8
 
@@ -32,8 +32,7 @@ def _smile_ramp(model, frames: int):
 
 def _play(model, predict: bool, frames=FRAMES):
     """The smile ramp solved with the default shortcuts (predict) or with none (the previous solver)."""
-    settings = SimulationSettings(gravity=True) if predict else SimulationSettings(
-        gravity=True, predict_start=False, oversolve_guard=None, stale_factor_krylov_iterations=None)
+    settings = SimulationSettings(gravity=True, **({} if predict else WITHOUT_SHORTCUTS))
     simulator = FaceSimulator(model, settings)
     results = [simulator.step(activation, jaw) for activation, jaw in _smile_ramp(model, frames)]
     positions = np.array([result.positions for result in results])

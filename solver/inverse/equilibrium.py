@@ -26,7 +26,7 @@ import numpy as np
 from ..physics.activation import tet_activations_from_vectors
 from ..physics.activation_derivatives import ActivationCoupling
 from ..physics.bones import bone_transforms
-from ..physics.simulator import FaceSimulator, SimulationSettings
+from ..physics.simulator import WITHOUT_SHORTCUTS, FaceSimulator, SimulationSettings
 from ..physics.skin_embedding import SkinEmbedding
 
 JAW_PARAMETER_COUNT = 5
@@ -57,8 +57,7 @@ class StaticFace:
         self.simulator = FaceSimulator(model, SimulationSettings(mu=mu, lam=lam, tolerance=tolerance,
                                                                  max_iterations=max_iterations, load_step_budget=0,
                                                                  max_activation_change_per_load_step=None,
-                                                                 predict_start=False, oversolve_guard=None,
-                                                                 stale_factor_krylov_iterations=None))
+                                                                 **WITHOUT_SHORTCUTS))
         self.embedding = SkinEmbedding.from_model(model).matrix()
         self.tet_count = len(model["tets"])
 

@@ -148,6 +148,11 @@ class SimulationSettings:
                              "and contact_margin and contact_region_rings ≥ 0")
 
 
+# SimulationSettings(**WITHOUT_SHORTCUTS): Newton as it was before issue 41's three shortcuts (the
+# inverse fit's trial solves, and benchmarks and tests comparing against that solver).
+WITHOUT_SHORTCUTS = {"predict_start": False, "oversolve_guard": None, "stale_factor_krylov_iterations": None}
+
+
 @dataclass
 class FrameResult:
     positions: np.ndarray               # (N,3) tet nodes
