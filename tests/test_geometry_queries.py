@@ -416,3 +416,59 @@ def test_malformed_input_is_rejected():
         WindingNumberTree(vertices[:, :2], triangles)
     with pytest.raises(ValueError, match="points"):
         ClosestPointTree(vertices, triangles).query(np.zeros(3))
+
+
+# ---------------------------------------------------------------------------
+# First ray hits (solver/geometry/rays.py)
+
+
+def _ray_hits_by_planes(vertices, triangles, origin, direction):
+    """Brute-force reference: each triangle's plane met by a solve of [−d, e1, e2] (t, u, v) = o − a."""
+    best = (np.inf, -1)
+    for index, (a, b, c) in enumerate(vertices[triangles]):
+        system = np.column_stack([-direction, b - a, c - a])
+        if abs(np.linalg.det(system)) < 1e-14:
+            continue
+        t, u, v = np.linalg.solve(system, origin - a)
+        if t > 0 and u >= -1e-9 and v >= -1e-9 and u + v <= 1 + 1e-9 and t < best[0]:
+            best = (t, index)
+    return best
+
+
+def test_first_ray_hits_match_a_plane_by_plane_reference():
+    from solver.geometry.rays import first_ray_hits
+    rng = np.random.default_rng(4)
+    vertices, triangles = icosphere(2)
+    vertices = vertices + 0.02 * rng.standard_normal(vertices.shape)
+    origins = rng.uniform(-2.0, 2.0, (200, 3))
+    directions = rng.standard_normal((200, 3))
+    distance, triangle, barycentric = first_ray_hits(vertices, triangles, origins, directions)
+    for ray in range(len(origins)):
+        expected_t, expected_triangle = _ray_hits_by_planes(vertices, triangles, origins[ray], directions[ray])
+        assert triangle[ray] == expected_triangle
+        if expected_triangle < 0:
+            assert distance[ray] == np.inf and np.isnan(barycentric[ray]).all()
+        else:
+            assert distance[ray] == pytest.approx(expected_t, rel=1e-10)
+            corners = vertices[triangles[triangle[ray]]]
+            np.testing.assert_allclose(barycentric[ray] @ corners, origins[ray] + distance[ray] * directions[ray],
+                                       atol=1e-10)
+    assert 0 < (triangle >= 0).sum() < len(origins)
+
+
+def test_first_ray_hits_one_direction_edges_and_misses():
+    """A shared direction for every ray; a ray along the shared edge of two triangles still hits;
+    rays parallel to the plane or pointing away miss."""
+    from solver.geometry.rays import first_ray_hits
+    square = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]])
+    triangles = np.array([[0, 1, 2], [0, 2, 3]])
+    origins = np.array([[0.5, 0.5, 1.0], [0.25, 0.75, 2.0], [0.5, 0.5, -1.0], [2.0, 2.0, 1.0]])
+    distance, triangle, _ = first_ray_hits(square, triangles, origins, np.array([0.0, 0.0, -1.0]))
+    np.testing.assert_allclose(distance[:2], [1.0, 2.0])
+    assert triangle[0] in (0, 1) and triangle[1] == 1 and (triangle[2:] == -1).all()
+    parallel = first_ray_hits(square, triangles, [[0.5, 0.5, 0.0]], [1.0, 0.0, 0.0])
+    assert parallel[1][0] == -1 and parallel[0][0] == np.inf
+    # Two stacked squares: the nearer one is the hit.
+    stacked = np.vstack([square, square + [0.0, 0.0, 0.5]])
+    hit = first_ray_hits(stacked, np.vstack([triangles, triangles + 4]), [[0.3, 0.6, 2.0]], [0.0, 0.0, -1.0])
+    assert hit[0][0] == pytest.approx(1.5) and hit[1][0] >= 2

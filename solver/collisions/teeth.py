@@ -50,7 +50,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from ..geometry import ClosestPointTree, WindingNumberTree, triangle_normals_areas, vertex_normals
-from ..geometry.mesh_ops import first_ray_hits
+from ..geometry.rays import first_ray_hits
 from ..model_builder.tetmesh import bcc_lattice
 from ..model_file import model_head_axes, model_landmarks
 from .contacts import BonePose, ContactPlanes

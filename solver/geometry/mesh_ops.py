@@ -87,58 +87,6 @@ def vertex_normals(vertices, triangles) -> np.ndarray:
     return unit
 
 
-_EDGE_TOLERANCE = 1e-9
-
-
-def first_ray_hits(vertices, triangles, origins, direction):
-    """Nearest intersection of each ray ``origin + t·direction`` (t > 0) with the mesh;
-    `direction` is one (3,) vector for every ray or one per ray (r,3).
-
-    Returns (t (r,), triangle index (r,), barycentric (r,3)); t is inf and the index -1
-    for rays that miss. Vectorised Möller–Trumbore over all triangles per ray: meant for
-    a few hundred rays (placing landmarks and atlas points, swept lip vertices), not for
-    bulk queries.
-    """
-    vertices, triangles = as_triangle_mesh(vertices, triangles)
-    origins = as_query_points(origins)
-    directions = np.broadcast_to(np.asarray(direction, dtype=np.float64), origins.shape)
-    a = vertices[triangles[:, 0]]
-    edge1 = vertices[triangles[:, 1]] - a
-    edge2 = vertices[triangles[:, 2]] - a
-    distances = np.full(len(origins), np.inf)
-    hit_triangle = np.full(len(origins), -1, dtype=np.int64)
-    barycentric = np.full((len(origins), 3), np.nan)
-    shared = np.ndim(direction) == 1
-    if shared:
-        p, inverse, usable = _ray_setup(directions[0] if len(origins) else np.zeros(3), edge1, edge2)
-    for ray, (origin, ray_direction) in enumerate(zip(origins, directions)):
-        if not shared:
-            p, inverse, usable = _ray_setup(ray_direction, edge1, edge2)
-        s = origin - a
-        u = np.einsum("ij,ij->i", s, p) * inverse
-        q = np.cross(s, edge1)
-        v = (q @ ray_direction) * inverse
-        t = np.einsum("ij,ij->i", q, edge2) * inverse
-        # A ray along a shared edge (a mirror-symmetric mesh's midline) must not slip
-        # between the two triangles, so the inside test is slightly generous.
-        hit = usable & (u >= -_EDGE_TOLERANCE) & (v >= -_EDGE_TOLERANCE) & (u + v <= 1 + _EDGE_TOLERANCE) & (t > 0)
-        if hit.any():
-            candidates = np.flatnonzero(hit)
-            best = candidates[np.argmin(t[candidates])]
-            distances[ray], hit_triangle[ray] = t[best], best
-            barycentric[ray] = (1 - u[best] - v[best], u[best], v[best])
-    return distances, hit_triangle, barycentric
-
-
-def _ray_setup(direction, edge1, edge2):
-    """Möller–Trumbore's per-direction terms: P = d × e2, 1/det and where det is usable."""
-    p = np.cross(direction, edge2)
-    determinant = np.einsum("ij,ij->i", edge1, p)
-    usable = np.abs(determinant) > 1e-18
-    inverse = np.where(usable, 1.0 / np.where(usable, determinant, 1.0), 0.0)
-    return p, inverse, usable
-
-
 def icosphere(subdivisions, radius=1.0, centre=(0.0, 0.0, 0.0)):
     """Closed, outward-oriented unit icosahedron refined by midpoint subdivision."""
     golden = (1.0 + np.sqrt(5.0)) / 2.0

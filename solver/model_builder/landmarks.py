@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..geometry.mesh_ops import first_ray_hits
+from ..geometry.rays import first_ray_hits
 from ..rig import rig_triangles
 from .errors import ModelBuildError
 

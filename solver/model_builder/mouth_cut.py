@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from ..geometry import ClosestPointTree, triangle_normals_areas
-from ..geometry.mesh_ops import first_ray_hits
+from ..geometry.rays import first_ray_hits
 from .tetmesh import interior_faces
 
 UPPER, LOWER = 1, -1

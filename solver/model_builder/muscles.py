@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..geometry.mesh_ops import first_ray_hits
+from ..geometry.rays import first_ray_hits
 
 FRONT, SIDE, BELOW = "front", "side", "below"
 NORMAL_RADIUS_MM = 8.0
