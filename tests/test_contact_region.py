@@ -137,3 +137,68 @@ def test_a_relaxation_that_fails_is_counted_and_not_retried_in_the_same_solve(sl
     assert 0 < relaxed <= MAX_FAILED_RELAXATIONS * rounds, f"{relaxed} region iterations in {rounds} rounds"
     difference = np.abs(simulator.skin_positions() - without.skin_positions()).max()
     assert difference < 0.01e-3, f"skin differs by {difference * MM:.4f} mm"
+
+
+class _CountedPasses:
+    """The simulator's elasticity with its fused passes counted (the real passes, only counted)."""
+
+    def __init__(self, elasticity):
+        self.elasticity, self.passes = elasticity, 0
+
+    def __getattr__(self, name):
+        return getattr(self.elasticity, name)
+
+    def energy_gradient_hessian(self, *args, **kwargs):
+        self.passes += 1
+        return self.elasticity.energy_gradient_hessian(*args, **kwargs)
+
+
+def test_the_next_round_starts_on_the_tissue_pass_the_last_one_ended_with(slab):
+    """A contact round ends on a point whose tissue pass (E, ∇E, ∇²E) it made; the next round
+    starts there with other planes. Newton keeps that start's bits (it lies on the constraints),
+    and the objective serves the kept pass again: the same bits as a fresh pass, with the new
+    planes' term added, and no second pass over the tets."""
+    from solver.physics.newton import _onto_constraints
+    model, centre = slab
+    simulator = FaceSimulator(model, SimulationSettings(contact_region_rings=0),
+                              collisions=ColliderSet([pressing(centre)]))
+    simulator.step(identity_activations(model))
+    objective = simulator.objective
+    objective.material = simulator.material_for(identity_activations(model))
+    response, pose = simulator.contact_response, BonePose(np.eye(4), np.eye(4), 2)
+    constraints = simulator.constraints
+    constraints.use_frame(np.eye(4), np.eye(4))
+    off = simulator.positions + 1e-4 * np.random.default_rng(3).normal(size=simulator.positions.shape)
+    q, start = _onto_constraints(constraints, off)
+    np.testing.assert_array_equal(start, constraints.x_from_q(constraints.q_from_x(off)))   # projected
+    again_q, again = _onto_constraints(constraints, start)
+    np.testing.assert_array_equal(again, start)                                              # kept, bit for bit
+    np.testing.assert_allclose(constraints.x_from_q(again_q), start, rtol=0, atol=1e-15)
+    planes, anchors = response.detect(start, pose)
+    stiffness = response.stiffness_factor * response.vertex_stiffness[planes.vertex]
+
+    def term(multiplier):
+        return AugmentedLagrangianContact(simulator.skin_embedding, planes, multiplier, stiffness,
+                                          hessian_layout=simulator.elasticity, anchors=anchors)
+    counted = _CountedPasses(simulator.elasticity)
+    objective.elasticity = counted
+    try:
+        objective.contact = term(0.0)
+        objective.energy_gradient_hessian(start)                 # the last round's end
+        objective.contact = term(0.5)                            # the next round's planes
+        kept = objective.energy_gradient_hessian(start)
+        assert counted.passes == 1
+        objective.elasticity = simulator.elasticity
+        objective._kept_tissue_pass = None
+        fresh = objective.energy_gradient_hessian(start)
+        assert kept[0] == fresh[0]
+        np.testing.assert_array_equal(kept[1], fresh[1])
+        np.testing.assert_array_equal(kept[2].data, fresh[2].data)
+        # Another point, or no contact term: a pass of its own, nothing kept.
+        objective.elasticity = counted
+        objective.energy_gradient_hessian(start + 1e-9)
+        objective.contact = None
+        objective.energy_gradient_hessian(start)
+        assert counted.passes == 3 and objective._kept_tissue_pass is None
+    finally:
+        objective.elasticity, objective.contact = simulator.elasticity, None

@@ -65,6 +65,9 @@ MAX_EXACT_SHIFT_RELATIVE = 1e-2
 # a smaller one, while each attempt at 1e-8 … 1e-5 was a failed factorisation of ~0.11 s
 # (docs/physics.md, "Indefinite Hessians").
 MIN_EXACT_SHIFT_RELATIVE = 1e-3
+# A start this close to its projection onto the constraints, relative to its largest coordinate, is
+# taken as lying on them (a few ulps: the projection's own rounding).
+ROUND_OFF = 4.0 * np.finfo(np.float64).eps
 MAX_FORCING = 0.1               # loosest relative accuracy of an inexact Newton step
 # A step whose linear model ends below this share of the residual to reach is expected to be the
 # last: its trial point is evaluated without the Hessian (newton_minimise's `oversolve_guard`).
@@ -148,6 +151,21 @@ def _line_search_evaluation(objective, x, full_step: bool,
     if full_step and hasattr(objective, "energy_and_gradient"):
         return (*_energy_and_gradient(objective, x), None)
     return float(objective.energy(x)), None, None
+
+
+def _onto_constraints(constraints: BoneConstraints, x0) -> tuple[np.ndarray, np.ndarray]:
+    """(q, x): the reduced coordinates of x0 projected onto the constraints, and the configuration
+    they give. When x0 already lies on them to round-off (where an earlier solve of the same
+    frame ended: the next contact round's start) x is x0 itself, bit for bit, so that a pass
+    the objective kept at those bits serves again (frame_objective.FrameObjective); projecting
+    such a point moved its sliding nodes' coordinates by an ulp or so."""
+    x0 = np.asarray(x0, dtype=np.float64).reshape(-1)
+    q = constraints.q_from_x(x0)
+    x = constraints.x_from_q(q)
+    size = float(np.abs(x0).max(initial=0.0))
+    if np.abs(x - x0).max(initial=0.0) <= ROUND_OFF * size:
+        return q, x0.copy()
+    return q, x
 
 
 def _modelled_start(constraints: BoneConstraints, x0, x, energy, gradient, hessian) -> tuple[float, float]:
@@ -256,8 +274,7 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
     predicted = False
     start_residual = None               # ‖Pᵀ∇E‖_∞ at x0 when x0 was evaluated
     if predicted_start is not None:
-        q = constraints.q_from_x(predicted_start)
-        x = constraints.x_from_q(q)
+        q, x = _onto_constraints(constraints, predicted_start)
         energy, gradient, hessian = _full_evaluation(objective, x)
         usable = bool(np.isfinite(energy) and np.isfinite(gradient).all())
         modelled = None
@@ -271,8 +288,7 @@ def newton_minimise(objective: Objective, constraints: BoneConstraints, linear_s
             start_residual = _max_norm(constraints.reduce_gradient(start_gradient))
         predicted = usable and energy < start_energy
     if not predicted:
-        q = constraints.q_from_x(x0)
-        x = constraints.x_from_q(q)
+        q, x = _onto_constraints(constraints, x0)
         energy, gradient, hessian = _full_evaluation(objective, x)
     reduced_gradient = constraints.reduce_gradient(gradient)
     residual = _max_norm(reduced_gradient)
