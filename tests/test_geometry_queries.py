@@ -454,6 +454,12 @@ def test_first_ray_hits_match_a_plane_by_plane_reference():
             np.testing.assert_allclose(barycentric[ray] @ corners, origins[ray] + distance[ray] * directions[ray],
                                        atol=1e-10)
     assert 0 < (triangle >= 0).sum() < len(origins)
+    # Through a hierarchy the caller keeps: the same bits; one built over another mesh is refused.
+    kept = first_ray_hits(vertices, triangles, origins, directions, bvh=TriangleBVH(vertices, triangles))
+    for ours, theirs in zip(kept, (distance, triangle, barycentric)):
+        np.testing.assert_array_equal(ours, theirs)
+    with pytest.raises(ValueError, match="bvh: built over"):
+        first_ray_hits(vertices, triangles, origins, directions, bvh=TriangleBVH(*icosphere(1)))
 
 
 def test_first_ray_hits_one_direction_edges_and_misses():

@@ -595,8 +595,9 @@ class TeethCollider:
             candidate = candidate[~(self.proxy.contains(before[candidate]) | self.proxy.contains(after[candidate]))]
         if not len(candidate):
             return ContactPlanes.empty()
+        bvh = self.proxy.volume.bvh         # the proxy's own hierarchy, built once
         fraction, triangle, _ = first_ray_hits(self.proxy.vertices, self.proxy.triangles, before[candidate],
-                                               move[candidate])
+                                               move[candidate], bvh=bvh)
         entered = (fraction <= 1.0) & (triangle >= 0)
         entered[entered] = self.proxy.in_region[triangle[entered]]
         if not entered.any():
@@ -607,7 +608,7 @@ class TeethCollider:
         # between two frames (a lip rolling over the incisal edge), which a straight chord
         # does not tell from going through.
         _, exit_triangle, _ = first_ray_hits(self.proxy.vertices, self.proxy.triangles, after[candidate],
-                                             -move[candidate])
+                                             -move[candidate], bvh=bvh)
         behind = (exit_triangle >= 0) & ~self.proxy.in_region[np.maximum(exit_triangle, 0)]
         if not behind.any():
             return ContactPlanes.empty()

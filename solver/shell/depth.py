@@ -23,12 +23,10 @@ thresholds hold for any face size.
 """
 from __future__ import annotations
 
-
 import numpy as np
-from numba import njit, prange
 
-from solver.geometry.bvh import TriangleBVH
 from solver.geometry.mesh_ops import as_query_points, as_triangle_mesh, vertex_normals
+from solver.geometry.rays import first_ray_hits
 
 from .remesh import boundary_loops
 
@@ -61,8 +59,6 @@ _CONE_ANGLES_DEG = (45.0, 70.0)
 _RAYS_PER_RING = 6
 # Rays start this far (face units) inside the surface so they do not hit their own triangles.
 _RAY_START = 1e-5
-# Rays through a shared edge or corner (symmetric meshes) must not slip between its triangles.
-_BARYCENTRIC_SLACK = 1e-9
 
 
 def jaw_intensive_keys(shape_names, coarse_deltas) -> np.ndarray:
@@ -121,10 +117,7 @@ def shape_diameter(points, normals, vertices, triangles) -> np.ndarray:
     directions = _cone_directions(-normals)                                  # (p, r, 3)
     ray_count = directions.shape[1]
     origins = np.repeat(points, ray_count, axis=0) + _RAY_START * directions.reshape(-1, 3)
-    bvh = TriangleBVH(vertices, triangles)
-    lengths = np.full(len(origins), np.inf)
-    _first_hits(origins, np.ascontiguousarray(directions.reshape(-1, 3)), bvh.corners, bvh.node_first_child,
-                bvh.node_start, bvh.node_stop, bvh.node_lower, bvh.node_upper, bvh.traversal_stack_size, lengths)
+    lengths, _, _ = first_ray_hits(vertices, triangles, origins, directions.reshape(-1, 3))
     return np.median(lengths.reshape(len(points), ray_count), axis=1)
 
 
@@ -141,75 +134,6 @@ def _cone_directions(axis: np.ndarray) -> np.ndarray:
             side = np.cos(turn) * first + np.sin(turn) * second
             rays.append(np.cos(angle) * axis + np.sin(angle) * side)
     return np.stack(rays, axis=1)
-
-
-@njit(cache=True)
-def _ray_box(ox, oy, oz, ix, iy, iz, lower, upper, node, best):
-    """Entry distance of the ray into a node's box, or inf when it misses or enters beyond `best`."""
-    near, far = 0.0, best
-    for axis in range(3):
-        o = ox if axis == 0 else (oy if axis == 1 else oz)
-        inv = ix if axis == 0 else (iy if axis == 1 else iz)
-        t0 = (lower[node, axis] - o) * inv
-        t1 = (upper[node, axis] - o) * inv
-        if t0 > t1:
-            t0, t1 = t1, t0
-        if t0 > near:
-            near = t0
-        if t1 < far:
-            far = t1
-        if near > far:
-            return np.inf
-    return near
-
-
-@njit(cache=True, parallel=True)
-def _first_hits(origins, directions, corners, first_child, node_start, node_stop, lower, upper, stack_size, lengths):
-    """lengths[i] = distance along ray i to the first triangle it meets (Möller–Trumbore), BVH-culled."""
-    for ray in prange(origins.shape[0]):
-        ox, oy, oz = origins[ray, 0], origins[ray, 1], origins[ray, 2]
-        dx, dy, dz = directions[ray, 0], directions[ray, 1], directions[ray, 2]
-        ix = 1.0 / dx if dx != 0.0 else 1e300
-        iy = 1.0 / dy if dy != 0.0 else 1e300
-        iz = 1.0 / dz if dz != 0.0 else 1e300
-        best = np.inf
-        stack = np.empty(stack_size, np.int64)
-        top = 0
-        if first_child.shape[0] > 0:
-            stack[0] = 0
-            top = 1
-        while top > 0:
-            top -= 1
-            node = stack[top]
-            if _ray_box(ox, oy, oz, ix, iy, iz, lower, upper, node, best) == np.inf:
-                continue
-            child = first_child[node]
-            if child >= 0:
-                stack[top] = child
-                stack[top + 1] = child + 1
-                top += 2
-                continue
-            for slot in range(node_start[node], node_stop[node]):
-                ax, ay, az = corners[slot, 0, 0], corners[slot, 0, 1], corners[slot, 0, 2]
-                e1x, e1y, e1z = corners[slot, 1, 0] - ax, corners[slot, 1, 1] - ay, corners[slot, 1, 2] - az
-                e2x, e2y, e2z = corners[slot, 2, 0] - ax, corners[slot, 2, 1] - ay, corners[slot, 2, 2] - az
-                px, py, pz = dy * e2z - dz * e2y, dz * e2x - dx * e2z, dx * e2y - dy * e2x
-                det = e1x * px + e1y * py + e1z * pz
-                if abs(det) < 1e-300:
-                    continue
-                inv = 1.0 / det
-                sx, sy, sz = ox - ax, oy - ay, oz - az
-                u = (sx * px + sy * py + sz * pz) * inv
-                if u < -_BARYCENTRIC_SLACK or u > 1.0 + _BARYCENTRIC_SLACK:
-                    continue
-                qx, qy, qz = sy * e1z - sz * e1y, sz * e1x - sx * e1z, sx * e1y - sy * e1x
-                v = (dx * qx + dy * qy + dz * qz) * inv
-                if v < -_BARYCENTRIC_SLACK or u + v > 1.0 + _BARYCENTRIC_SLACK:
-                    continue
-                t = (e2x * qx + e2y * qy + e2z * qz) * inv
-                if t > 0.0 and t < best:
-                    best = t
-        lengths[ray] = best
 
 
 def eyelid_vertices(coarse_triangles, coarse_deltas, shape_names, share: float = EYELID_SHARE) -> np.ndarray:
