@@ -458,6 +458,11 @@ def test_first_ray_hits_match_a_plane_by_plane_reference():
     kept = first_ray_hits(vertices, triangles, origins, directions, bvh=TriangleBVH(vertices, triangles))
     for ours, theirs in zip(kept, (distance, triangle, barycentric)):
         np.testing.assert_array_equal(ours, theirs)
+    # Fewer rays than HIERARCHY_RAYS test every triangle without a hierarchy: the same hits.
+    from solver.geometry.rays import HIERARCHY_RAYS
+    few = first_ray_hits(vertices, triangles, origins[:HIERARCHY_RAYS - 1], directions[:HIERARCHY_RAYS - 1])
+    for ours, theirs in zip(few, (distance, triangle, barycentric)):
+        np.testing.assert_array_equal(ours, theirs[:HIERARCHY_RAYS - 1])
     with pytest.raises(ValueError, match="bvh: built over"):
         first_ray_hits(vertices, triangles, origins, directions, bvh=TriangleBVH(*icosphere(1)))
 
