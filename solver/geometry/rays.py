@@ -19,7 +19,7 @@ from .mesh_ops import as_query_points, as_triangle_mesh
 # Below this many rays a call without a kept hierarchy tests every triangle (one leaf holding them
 # all) instead of building one: a TriangleBVH costs ~2.5 µs a triangle to build, a ray ~15 ns a
 # triangle to test without one (ICT's 4,000-triangle teeth proxy: 9.8 ms against 19 ms for 300
-# rays; the model builder's muscle placement casts 124 single rays at the 28k-triangle skin).
+# rays; the model builder's muscle placement casts 124 single rays at the whole skin).
 HIERARCHY_RAYS = 150
 # A ray along a shared edge (a mirror-symmetric mesh's midline) must not slip between the two
 # triangles, so the inside test is slightly generous.
