@@ -511,40 +511,38 @@ def actuation(obj, with_fit: bool) -> str:
 
 def actuation_findings(obj) -> List[Finding]:
     """What the volumetric-blendshape actuation cannot take, each with where to turn it off; []
-    for Phace. (The muscle sliders are checked once the frames are sampled.)"""
+    for Phace. (The muscle sliders are checked once the frames are sampled.) Contact it takes."""
     settings = obj.face_physics
     if settings.actuation != 'VOLUMETRIC_BLENDSHAPES':
         return []
     if settings.animation_source != 'SHAPE_KEYS' or not settings.fit_path:
         return [Finding(ERROR, "volumetric blendshapes play the shape keys through the fit: set Drive to "
                                "Shape keys and fit the keys (Fit panel), or choose the Phace actuation")]
-    used = [what for what, on in (("Teeth contact (Collisions panel)", settings.teeth_contact),
-                                  ("Lip contact (Collisions panel)", settings.lip_contact),
-                                  ("the colliders (Collisions panel)", bool(collider_objects(obj))),
-                                  ("Dynamic mode (Dynamics panel)", settings.dynamics == 'DYNAMIC'),
+    used = [what for what, on in (("Dynamic mode (Dynamics panel)", settings.dynamics == 'DYNAMIC'),
                                   ("Gravity (Dynamics panel)", settings.gravity),
                                   ("wind (Dynamics panel)", wind_velocity(obj) is not None),
                                   ("the painted maps (Maps panel)", export_maps(obj) is not None)) if on]
     if not used:
         return []
-    return [Finding(ERROR, "volumetric blendshapes are quasi-static and take no contact, dynamics or "
+    return [Finding(ERROR, "volumetric blendshapes are quasi-static and take no dynamics, gravity, wind or "
                            f"maps: turn off {', '.join(used)}, or choose the Phace actuation")]
 
 
 def simulation_settings(context, obj, with_fit: bool) -> dict:
     """The animate job's settings (docs/addon.md, job protocol)."""
     settings = obj.face_physics
-    if actuation(obj, with_fit) == VOLUMETRIC_BLENDSHAPES:
-        return {"actuation": VOLUMETRIC_BLENDSHAPES, "detail": bool(settings.use_detail)}
-    result = {"dynamic": settings.dynamics == 'DYNAMIC', "substeps": int(settings.substeps),
-              "gravity": bool(settings.gravity), "wind": wind_velocity(obj), **fat_settings(obj)}
     collisions = collision_kinds(obj)
-    result["collisions"] = collisions
-    if collisions or collider_objects(obj):
-        result["contact_solver"] = settings.contact_solver.lower()
+    contact = {"collisions": collisions} if collisions else {}
     if "teeth" in collisions:
         # A padding is a physical thickness: scene units to metres, not the skin's own scale.
-        result["teeth_padding_m"] = float(settings.teeth_padding) * (context.scene.unit_settings.scale_length or 1.0)
+        contact["teeth_padding_m"] = float(settings.teeth_padding) * (context.scene.unit_settings.scale_length or 1.0)
+    if actuation(obj, with_fit) == VOLUMETRIC_BLENDSHAPES:      # its contact has no solver choice
+        return {"actuation": VOLUMETRIC_BLENDSHAPES, "detail": bool(settings.use_detail), **contact}
+    result = {"dynamic": settings.dynamics == 'DYNAMIC', "substeps": int(settings.substeps),
+              "gravity": bool(settings.gravity), "wind": wind_velocity(obj), **fat_settings(obj),
+              "collisions": collisions, **contact}
+    if collisions or collider_objects(obj):
+        result["contact_solver"] = settings.contact_solver.lower()
     if with_fit:
         result["detail"] = bool(settings.use_detail)
         result["skin_filter"] = bool(settings.use_skin_filter)

@@ -1,7 +1,8 @@
 """The Bake panel's actuation choice (issue 42): the real bpy module, the real solver child. The demo
 head (~3,000 tets) is built and one key fitted; with Volumetric blendshapes chosen, a bake that
-asks for what that model cannot do is refused before anything is written, naming the settings to
-turn off, and a bake with them off sends `actuation: volumetric-blendshapes` and plays."""
+asks for what that model cannot do (dynamics, gravity, wind, maps) is refused before anything is
+written, naming the settings to turn off; a bake with them off sends `actuation:
+volumetric-blendshapes`, with teeth and lip contact when they are on, and plays."""
 from __future__ import annotations
 
 import json
@@ -38,7 +39,7 @@ def fitted(tmp_path_factory):
     addon_utils.disable(ADDON, default_set=True)
 
 
-def test_volumetric_blendshapes_refuse_contact_and_dynamics_before_a_bake(fitted):
+def test_volumetric_blendshapes_refuse_dynamics_before_a_bake(fitted):
     from blender_addon import api
     from blender_addon.api import FacePhysicsError
     obj = fitted
@@ -50,8 +51,8 @@ def test_volumetric_blendshapes_refuse_contact_and_dynamics_before_a_bake(fitted
     with pytest.raises(FacePhysicsError) as refused:
         api.bake(obj, first=1, last=3, on_report=lambda kinds, message: reports.append(message))
     message = str(refused.value) + " ".join(reports)
-    assert "Teeth contact (Collisions panel)" in message and "Gravity (Dynamics panel)" in message
-    assert "Lip contact" not in message and "Phace actuation" in message
+    assert "Gravity (Dynamics panel)" in message and "Phace actuation" in message
+    assert "contact" not in message.split("turn off")[1].lower()
     assert [take.name for take in api.takes(obj)] == takes_before
 
 
@@ -71,3 +72,19 @@ def test_a_volumetric_blendshape_bake_sends_its_actuation_and_plays(fitted):
         skin = result["skin_positions"]
     assert skin.shape[0] == 3 and np.all(np.isfinite(skin))
     assert np.abs(skin[2] - skin[0]).max() > 1e-3       # jawOpen at 1 on the last frame opens the mouth
+
+
+def test_a_volumetric_blendshape_bake_takes_teeth_and_lip_contact(fitted):
+    from blender_addon import api, take_folders
+    obj = fitted
+    settings = obj.face_physics
+    settings.actuation = 'VOLUMETRIC_BLENDSHAPES'
+    settings.teeth_contact = settings.lip_contact = True
+    settings.gravity = False
+    take = api.bake(obj, first=1, last=3, target='SHAPE_KEYS')
+    job = json.loads((take.folder / "job.json").read_text())
+    assert job["settings"]["actuation"] == "volumetric-blendshapes"
+    assert job["settings"]["collisions"] == ["teeth", "lips"] and "contact_solver" not in job["settings"]
+    assert take.status == "finished", take.warnings
+    with np.load(take.folder / take_folders.RESULT_FILE, allow_pickle=False) as result:
+        assert result["converged"].all() and result["penetration_depth_max"].max() <= 1e-4

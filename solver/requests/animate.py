@@ -158,14 +158,14 @@ class AnimateRequest:
 
 
     def _check_volumetric_blendshapes(self):
-        """Volumetric blendshapes play shape-key weights quasi-statically, without muscles, maps,
-        collisions or resume (not built for this actuation yet)."""
+        """Volumetric blendshapes play shape-key weights quasi-statically, with contact (their own
+        penalty in the PD matrix, so no IPOPT) but without muscles, maps, dynamics or resume (not
+        built for this actuation yet)."""
         if self.fit is None:
             raise RequestError("actuation", "volumetric-blendshapes plays shape keys, and no fit and weights are given",
                                "give fit and weights, or use the phace actuation for muscle activations")
         unsupported = {"activations": self.activations is not None, "maps": self.maps is not None,
-                       "collisions": bool(self.collisions), "colliders": bool(self.colliders),
-                       "dynamic": self.dynamic, "gravity": self.gravity, "wind": self.wind is not None,
+                       "contact_solver": self.contact_solver != "newton", "dynamic": self.dynamic, "gravity": self.gravity, "wind": self.wind is not None,
                        "resume": self.resume}
         for name, given in unsupported.items():
             if given:
@@ -338,11 +338,7 @@ def run_animate(request: AnimateRequest, report) -> dict:
                "unconverged_frames": unconverged,
                "message": f"wrote {output.name} and {cache.name}: {frames} frames simulated, "
                           f"{unconverged} not converged"}
-    if collisions is not None:
-        deepest_mm = 1e3 * float(result.penetration_depth_max.max(initial=0.0))
-        summary["penetration_depth_max_mm"] = round(deepest_mm, 4)
-        summary["message"] += f"; deepest skin vertex inside a collider {deepest_mm:.2f} mm"
-    return summary
+    return _with_contact_summary(summary, result, collisions)
 
 
 def _run_volumetric_blendshapes(request: AnimateRequest, report) -> dict:
@@ -359,22 +355,27 @@ def _run_volumetric_blendshapes(request: AnimateRequest, report) -> dict:
         raise RequestError("fit", "has no shape_key_deltas (fits made before they were stored), which volumetric "
                                   "blendshapes are made from", "fit the shapes again with this solver")
     frames = len(weights)
+    scene = collision_scene(model, report, request.collisions, request.colliders, request.lip_vertices,
+                            request.teeth_padding_m)
     report.progress(f"model loaded; volumetric blendshapes: transferring {len(fit['shape_key_names'])} shapes, "
                     f"then {frames} frames", fraction=0.0, frame=0, frames=frames)
     workspace = partial_folder(request.output)
     _fresh_partial_folder(workspace)
 
     def on_frame(event):
+        contact = {key: event[key] for key in ("penetration_depth_max_mm", "contacts") if key in event}
+        state = (f", {contact['contacts']} contacts, deepest {contact['penetration_depth_max_mm']:.2f} mm"
+                 if contact else "")
         report.progress(f"frame {event['frame']}/{event['frames']}: {event['newton_iterations']} PD iterations, "
-                        f"{event['seconds']:.2f} s", fraction=round(event["frame"] / event["frames"], 4),
+                        f"{event['seconds']:.2f} s{state}", fraction=round(event["frame"] / event["frames"], 4),
                         frame=event["frame"], frames=event["frames"], converged=event["converged"],
-                        newton_iterations=event["newton_iterations"], seconds=event["seconds"])
+                        newton_iterations=event["newton_iterations"], seconds=event["seconds"], **contact)
         if not event["converged"]:
             report.warning(f"frame {event['frame']} did not converge ({event['reason']})")
 
     try:
         result = play_volumetric_blendshapes(model, fit, weights, fps, head_transforms, workspace / "result.npz",
-                                             detail=request.detail is not False, progress=on_frame,
+                                             detail=request.detail is not False, progress=on_frame, scene=scene,
                                              cache_start_frame=request.cache_start_frame,
                                              cache_metres_per_unit=request.cache_metres_per_unit)
     except VolumetricBlendshapeError as error:
@@ -385,7 +386,17 @@ def _run_volumetric_blendshapes(request: AnimateRequest, report) -> dict:
     with contextlib.suppress(OSError):
         shutil.rmtree(workspace)
     unconverged = int((~result.converged).sum())
-    return {"outputs": {"result": str(output), "cache": str(cache)}, "frames": int(frames),
-            "unconverged_frames": unconverged,
-            "message": f"wrote {output.name} and {cache.name}: {frames} frames of volumetric blendshapes, "
-                       f"{unconverged} not converged"}
+    summary = {"outputs": {"result": str(output), "cache": str(cache)}, "frames": int(frames),
+               "unconverged_frames": unconverged,
+               "message": f"wrote {output.name} and {cache.name}: {frames} frames of volumetric blendshapes, "
+                          f"{unconverged} not converged"}
+    return _with_contact_summary(summary, result, scene)
+
+
+def _with_contact_summary(summary: dict, result, scene) -> dict:
+    """The summary with the deepest shown skin vertex inside a collider, when there is a scene."""
+    if scene is not None:
+        deepest_mm = 1e3 * float(result.penetration_depth_max.max(initial=0.0))
+        summary["penetration_depth_max_mm"] = round(deepest_mm, 4)
+        summary["message"] += f"; deepest skin vertex inside a collider {deepest_mm:.2f} mm"
+    return summary

@@ -17,10 +17,12 @@ from typing import Callable
 
 import numpy as np
 
+from ..collisions.contacts import BonePose
 from ..npz_files import write_npz_atomically
 from ..pc2 import Pc2Writer
 from ..physics.animate import AnimationResult
 from ..physics.bones import jaw_transform
+from .contact import CompliantContact
 from .energies import TetMesh, VolumetricBlendshapeEnergy
 from .projective_dynamics import ProjectiveDynamics, barycentric_matrix, model_fixed_nodes
 from .targets import VolumetricBlendshapes, transfer_shape_targets
@@ -58,10 +60,12 @@ def posed_bones(model, jaw_parameters) -> np.ndarray:
 
 
 class VolumetricBlendshapePlayer:
-    """Targets transferred once, the PD matrix factorised once; `frame(weights, jaw)` → nodes (N,3)."""
+    """Targets transferred once, the PD matrix factorised once; `frame(weights, jaw)` → nodes
+    (N,3). With a collision `scene` (collisions/scene.py) the skin is kept out of it by
+    contact.CompliantContact."""
 
     def __init__(self, model, names, skin_deltas, shape_jaw, mu=DEFAULT_MU, lam=DEFAULT_LAMBDA,
-                 transfer_iterations: int = 300, transfer_tolerance_m: float = 1e-8):
+                 transfer_iterations: int = 300, transfer_tolerance_m: float = 1e-8, scene=None):
         self.model = model
         self.mesh = TetMesh(model["rest_positions"], model["tets"])
         self.shape_jaw = np.asarray(shape_jaw, dtype=np.float64)
@@ -78,9 +82,17 @@ class VolumetricBlendshapePlayer:
         self.skin_matrix = skin
         self.energy = VolumetricBlendshapeEnergy(self.mesh, self.shapes.blend(np.zeros(len(names))), 1.0, mu, lam)
         self.solver = ProjectiveDynamics(self.mesh, self.energy.terms, model_fixed_nodes(model))
+        self.contact = None if scene is None else CompliantContact(model, scene, self.solver)
+        self.head = np.eye(4)
+        self.pose = BonePose(skull=np.eye(4), jaw=np.eye(4))
+        self.rounds = 0                  # contact rounds of the last frame
+        self.found_depth = 0.0           # m, the deepest new penetration its last round found
         self.x = self.mesh.rest_positions.copy()
 
-    def frame(self, weights, jaw_parameters=None):
+    def frame(self, weights, jaw_parameters=None, head=None, frame: int = 0):
+        """Nodes (N,3) in the head's rest frame at `weights`, and the PD report. `head` (4×4,
+        default identity) places the head in the world for contact (the colliders are there),
+        `frame` the index animated props are read at."""
         weights = np.asarray(weights, dtype=np.float64)
         jaw = weights @ self.shape_jaw if jaw_parameters is None else jaw_parameters
         self.energy.set_targets(self.shapes.blend(weights))
@@ -88,23 +100,54 @@ class VolumetricBlendshapePlayer:
         start = self.x.copy()
         bones = posed_bones(self.model, jaw)
         start[self.solver.fixed] = bones[self.solver.fixed]
-        self.x, report = self.solver.solve(start, PD_ITERATIONS, PD_TOLERANCE_M)
+        self.head = np.eye(4) if head is None else np.asarray(head, dtype=np.float64)
+        self.pose = BonePose(skull=self.head, jaw=self.head @ jaw_transform(np.asarray(self.model["jaw_frame"]), jaw),
+                             frame=frame)
+        if self.contact is None:
+            self.x, report = self.solver.solve(start, PD_ITERATIONS, PD_TOLERANCE_M)
+        else:
+            self.x, report, self.rounds, self.found_depth = self.contact.solve_rounds(
+                start, self.pose, self.head, PD_ITERATIONS, PD_TOLERANCE_M)
         return self.x, report
+
+    def displayed_skin(self, x, offset=None) -> tuple[np.ndarray, float]:
+        """(the skin shown in the world for nodes x (N,3) of the last frame: embedded, plus the
+        rest-frame `offset` (V,3), placed by that frame's head transform, then moved out of the
+        colliders as the Phace path's display projection does; the deepest vertex still inside a
+        collider after it, m)."""
+        rotation, translation = self.head[:3, :3], self.head[:3, 3]
+        skin = self.skin_matrix @ x if offset is None else self.skin_matrix @ x + offset
+        shown = skin @ rotation.T + translation
+        if self.contact is None:
+            return shown, 0.0
+        response = self.contact.response
+        shown = shown + response.project_displayed(x @ rotation.T + translation, self.pose,
+                                                   None if offset is None else offset @ rotation.T)
+        planes = response.collisions.detect(shown, self.pose)
+        return shown, float(planes.depth.max(initial=0.0))
+
+
+def _unconverged_reason(player: VolumetricBlendshapePlayer, report) -> str:
+    if report.last_step_m >= PD_TOLERANCE_M:
+        return f"PD did not settle in {PD_ITERATIONS} iterations (last move {report.last_step_m:.2e} m)"
+    return (f"contacts still found {player.found_depth * 1e3:.2f} mm deep after {player.rounds} rounds "
+            f"(the shown skin is moved out of the colliders)")
 
 
 def play_volumetric_blendshapes(model, fit: dict, weights: np.ndarray, fps: float, head_transforms: np.ndarray,
-                                result_path, detail: bool = True,
+                                result_path, detail: bool = True, scene=None,
                                 progress: Callable[[dict], None] = lambda event: None,
                                 cache_start_frame: float = 1.0, cache_metres_per_unit: float = 1.0) -> AnimationResult:
     """Every frame of `weights` (T,K) in the fit's shape order; writes RESULT.npz at result_path
-    and its .pc2 beside it (physics/animate.py's layout)."""
+    and its .pc2 beside it (physics/animate.py's layout). `scene`: the collision scene to keep
+    the skin out of (collisions/scene.py), or None."""
     if "shape_key_deltas" not in fit:
         raise VolumetricBlendshapeError("FIT.npz has no shape_key_deltas (fits made before they were stored): "
                                         "fit the shapes again to play them as volumetric blendshapes")
     result_path = Path(result_path)
     setup_started = time.perf_counter()
     player = VolumetricBlendshapePlayer(model, fit["shape_key_names"], np.asarray(fit["shape_key_deltas"], np.float64),
-                                        np.asarray(fit["jaw"], np.float64))
+                                        np.asarray(fit["jaw"], np.float64), scene=scene)
     setup_seconds = time.perf_counter() - setup_started
     frames = len(weights)
     skin_count = len(model["skin_vertices"])
@@ -113,14 +156,14 @@ def play_volumetric_blendshapes(model, fit: dict, weights: np.ndarray, fps: floa
     iterations = np.zeros(frames, dtype=np.int64)
     seconds = np.zeros(frames)
     inverted, smallest = np.zeros(frames, dtype=np.int64), np.ones(frames)
+    depth, contacts = np.zeros(frames), np.zeros(frames, dtype=np.int64)
     with Pc2Writer(result_path.with_suffix(".pc2"), skin_count, start_frame=cache_start_frame) as cache:
         for frame in range(frames):
-            x, report = player.frame(weights[frame])
-            local = player.skin_matrix @ x
-            if detail:
-                local = local + np.einsum("k,kvd->vd", weights[frame], player.residuals)
             head = head_transforms[frame]
-            skin[frame] = local @ head[:3, :3].T + head[:3, 3]
+            x, report = player.frame(weights[frame], head=head, frame=frame)
+            offset = np.einsum("k,kvd->vd", weights[frame], player.residuals) if detail else None
+            skin[frame], depth[frame] = player.displayed_skin(x, offset)
+            contacts[frame] = 0 if player.contact is None else player.contact.last_touching
             determinants = np.linalg.det(player.mesh.deformation_gradients(x))
             inverted[frame], smallest[frame] = int((determinants <= 0).sum()), float(determinants.min(initial=1.0))
             converged[frame], iterations[frame], seconds[frame] = report.converged, report.iterations, report.seconds
@@ -128,12 +171,14 @@ def play_volumetric_blendshapes(model, fit: dict, weights: np.ndarray, fps: floa
             progress({"frame": frame + 1, "frames": frames, "converged": bool(report.converged),
                       "newton_iterations": int(report.iterations), "seconds": round(report.seconds, 3),
                       "inverted_tets": int(inverted[frame]), "setup_seconds": round(setup_seconds, 3),
-                      **({} if report.converged else {"reason": f"PD did not settle in {PD_ITERATIONS} iterations "
-                                                                f"(last move {report.last_step_m:.2e} m)"})})
+                      **({} if scene is None else {"contacts": int(contacts[frame]),
+                                                   "penetration_depth_max_mm": round(1e3 * depth[frame], 4)}),
+                      **({} if report.converged else {"reason": _unconverged_reason(player, report)})})
     jaw_world = np.stack([head @ jaw_transform(np.asarray(model["jaw_frame"]), w @ player.shape_jaw)
                           for head, w in zip(head_transforms, weights)])
     result = AnimationResult(skin_positions=skin, converged=converged, newton_iterations=iterations,
                              frame_seconds=seconds, fps=float(fps), skull_transforms=np.asarray(head_transforms, float),
-                             jaw_transforms=jaw_world, inverted_tets=inverted, smallest_volume_ratio=smallest)
+                             jaw_transforms=jaw_world, inverted_tets=inverted, smallest_volume_ratio=smallest,
+                             penetration_depth_max=depth, contacts=contacts)
     write_npz_atomically(result_path, result.arrays())
     return result

@@ -120,12 +120,14 @@ class ProjectiveDynamics:
         return unconstrained - np.einsum("nak,k->na", solved, multipliers)
 
     def solve(self, x0, iterations: int = 500, tolerance_m: float = 1e-9,
-              constraints=None) -> tuple[np.ndarray, SolveReport]:
+              constraints=None, contact=None) -> tuple[np.ndarray, SolveReport]:
         """Iterate from x0 (N,3) (whose fixed nodes stay) until no node moves by tolerance_m.
 
         constraints: optional callable x (N,3) → (C (k, 3·free), d (k,)), linear equality rows on
         the free nodes' coordinates (node-major, in `self.free` order), re-evaluated every iteration
-        as collision detection is (paper 002 §3.5: the active contacts of the current x)."""
+        as collision detection is (paper 002 §3.5: the active contacts of the current x).
+        contact: optional contact.CompliantContact, which corrects each global step's solution
+        (`correct(solution, x)`) to the contacts found at it."""
         started = time.perf_counter()
         x = np.array(x0, dtype=np.float64).reshape(-1, 3)
         fixed_positions = x[self.fixed]
@@ -134,6 +136,8 @@ class ProjectiveDynamics:
             rhs = self._right_hand_side(x)[self.free] - self._coupling @ fixed_positions
             if constraints is None:
                 moved = self.cholesky.solve(rhs)
+                if contact is not None:
+                    moved = contact.correct(moved, x)
             else:
                 rows, values = constraints(x)
                 moved = self._constrained_solve(rhs, np.asarray(rows, dtype=np.float64).reshape(len(values), -1),
