@@ -158,14 +158,15 @@ class AnimateRequest:
 
 
     def _check_volumetric_blendshapes(self):
-        """Volumetric blendshapes play shape-key weights quasi-statically, with contact (their own
-        penalty in the PD matrix, so no IPOPT) but without muscles, maps, dynamics or resume (not
+        """Volumetric blendshapes play shape-key weights quasi-statically, with contact (their own,
+        in the PD global step, so no IPOPT) but without muscles, maps, dynamics or resume (not
         built for this actuation yet)."""
         if self.fit is None:
             raise RequestError("actuation", "volumetric-blendshapes plays shape keys, and no fit and weights are given",
                                "give fit and weights, or use the phace actuation for muscle activations")
         unsupported = {"activations": self.activations is not None, "maps": self.maps is not None,
-                       "contact_solver": self.contact_solver != "newton", "dynamic": self.dynamic, "gravity": self.gravity, "wind": self.wind is not None,
+                       "contact_solver": self.contact_solver != "newton", "dynamic": self.dynamic,
+                       "gravity": self.gravity, "wind": self.wind is not None,
                        "resume": self.resume}
         for name, given in unsupported.items():
             if given:
