@@ -1,7 +1,7 @@
 """Volumetric blendshapes with teeth and lip contact (solver/volumetric_blendshapes/contact.py) on
 the ICT face: each frame solved without and with contact, the two compared.
 
-    .venv/bin/python bench/vbs_contact.py --model MODEL.npz --fit FIT.npz
+    .venv/bin/python bench/vbs_contact.py --model MODEL.npz --fit FIT.npz [--pictures DIR]
 
 The keys jawOpen, mouthClose and mouthFunnel of FIT.npz are transferred (≤ 60 PD iterations,
 1e-6 m, as bench/pd.py); the take is 16 frames: the lips pressed together (jawOpen and mouthClose
@@ -10,6 +10,8 @@ frame starts from the last, as `animate` plays. Printed per frame: PD iterations
 contact rounds, seconds, converged; the deepest skin vertex inside a collider without contact,
 with contact (the embedded skin plus the keys' detail residual, before the display projection)
 and as shown; how far the contact moved the lip vertices and the rest of the skin; inverted tets.
+With --pictures, each frame's mouth close-up (solver/pictures/contact_frames.py): the skin
+without contact above (red: inside a teeth proxy or the other lip), as shown with contact below.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--fit", type=Path, required=True)
+    parser.add_argument("--pictures", type=Path, help="folder for each frame's mouth close-up")
     args = parser.parse_args()
     from solver.collisions.scene import CollisionScene
     from solver.inverse.fit_file import load_fit
@@ -71,7 +74,13 @@ def main():
             results.append((x, report, skin, scene.measure(skin + offset, player.pose).max_depth_m,
                             int((np.linalg.det(player.mesh.deformation_gradients(x)) <= 0).sum())))
         (_, _, plain_skin, plain_depth, plain_inverted), (x, report, skin, depth, inverted) = results
-        _, shown_depth = players[1].displayed_skin(x, offset)
+        shown, shown_depth = players[1].displayed_skin(x, offset)
+        if args.pictures is not None:
+            from solver.pictures.contact_frames import picture_contact_frames
+            args.pictures.mkdir(parents=True, exist_ok=True)
+            picture_contact_frames(model, scene, plain_skin + offset, shown, players[1].pose,
+                                   args.pictures / f"{label.replace(' ', '_')}.png", title=f"volumetric blendshapes, {label}",
+                                   labels=("without contact", "with contact, as shown"))
         moved = np.linalg.norm(skin - plain_skin, axis=1)
         print(f"| {label} | {report.iterations} ({players[1].rounds}) | {seconds:.1f} | {report.converged} "
               f"| {plain_depth * 1e3:.2f} / {depth * 1e3:.2f} / {shown_depth * 1e3:.3f} "
