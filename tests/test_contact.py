@@ -568,6 +568,13 @@ def dragged_sphere(centre_on_top, radius=0.02, depth=0.003, drag=0.012):
     return SphereCollider(name="finger", centre=np.zeros(3), radius=radius, transforms=transforms)
 
 
+# The dragged-sphere scenarios below need more than one contact round to show their mechanism (a
+# cutback, a plane released and found again, rounds stopping at a tolerance). They were built on
+# a 1 mm predictive margin; with the default 2.5 mm the sphere's whole drag is held in the first
+# round and the mechanism never runs.
+SCENARIO_MARGIN = 1e-3
+
+
 def test_a_contact_solve_over_its_iteration_budget_is_solved_again_in_load_steps(slab):
     """The cutback's contact budget (SimulationSettings.load_step_budget, passed to
     ContactResponse.solve_newton as iteration_budget). With a budget of one Newton iteration, the
@@ -586,7 +593,8 @@ def test_a_contact_solve_over_its_iteration_budget_is_solved_again_in_load_steps
     sphere = dragged_sphere(centre)
 
     def dragged(budget):
-        simulator = FaceSimulator(model, SimulationSettings(load_step_budget=budget), collisions=ColliderSet([sphere]))
+        simulator = FaceSimulator(model, SimulationSettings(load_step_budget=budget, contact_margin=SCENARIO_MARGIN),
+                                  collisions=ColliderSet([sphere]))
         frames = [simulator.step(identity_activations(model)) for _ in range(3)]
         return simulator, frames[-1]
 
@@ -614,7 +622,8 @@ def test_a_plane_released_in_a_round_comes_back_without_the_last_steps_multiplie
     iterations where 540 do). Observed through the real solver: the multipliers each round's
     contact term starts with. Measured: 3 planes re-detected in round 2, all at λ = 0."""
     model, centre = slab
-    simulator = FaceSimulator(model, SimulationSettings(), collisions=ColliderSet([dragged_sphere(centre)]))
+    simulator = FaceSimulator(model, SimulationSettings(contact_margin=SCENARIO_MARGIN),
+                              collisions=ColliderSet([dragged_sphere(centre)]))
     for _ in range(2):
         simulator.step(identity_activations(model))
     carried_keys = set(simulator.contact_response.carried()[0].tolist())
@@ -672,7 +681,7 @@ def test_contact_rounds_stop_at_the_tolerance_they_are_given(slab, contact_solve
     sphere = dragged_sphere(centre)
     outcomes = {}
     for tolerance in (None, 4.0 * DEFAULT_CONTACT_TOLERANCE):
-        simulator = FaceSimulator(model, SimulationSettings(contact_solver=contact_solver),
+        simulator = FaceSimulator(model, SimulationSettings(contact_solver=contact_solver, contact_margin=SCENARIO_MARGIN),
                                   collisions=ColliderSet([sphere]))
         for _ in range(2):
             simulator.step(identity_activations(model))
