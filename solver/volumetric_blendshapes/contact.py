@@ -78,17 +78,10 @@ class CompliantContact:
         self.free_rows = rows[:, solver.free].tocsr()
         self._column = np.full(vertices, -1, dtype=np.int64)      # vertex → its column of A⁻¹ B_vᵀ
         self._responses = np.zeros((len(solver.free), 0))
-        self.pose = BonePose(skull=np.eye(4), jaw=np.eye(4))
         self.head = np.eye(4)
         self._planes = (np.zeros(0, np.int64), np.zeros((0, 3)), np.zeros((0, 3)))   # vertices, normals, anchors
         self._force = np.zeros(0)        # each plane's force at the last global step
         self.last_touching = 0           # vertices pushing after the last step
-        self.last_depth = 0.0            # m, the deepest a vertex stays inside its plane after it
-
-    def _fixed_part(self, vertices: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        """(C,3) the skin vertices' share from their tets' fixed nodes (the free share is B_free y)."""
-        weights = np.where(self.solver.fixed[self.embedding.nodes[vertices]], self.embedding.weights[vertices], 0.0)
-        return np.einsum("ck,ckd->cd", weights, nodes[self.embedding.nodes[vertices]])
 
     def _unit_responses(self, vertices: np.ndarray) -> np.ndarray:
         """(F, k) A⁻¹ B_vᵀ on the free nodes for each vertex, solved the first time it is asked for."""
@@ -106,7 +99,7 @@ class CompliantContact:
         """Find the planes of a round at the nodes x (N,3) of the head's rest frame: each skin
         vertex's deepest, plus the last round's pushing planes of vertices not found again
         (none when `fresh`, a frame's first detection); returns the deepest violation found (m)."""
-        self.pose, self.head = pose, np.asarray(head, dtype=np.float64)
+        self.head = np.asarray(head, dtype=np.float64)
         world = self._world(np.asarray(x, dtype=np.float64))
         planes, anchors = self.response.detect(world, pose)
         vertices, normals, points, deepest = np.zeros(0, np.int64), np.zeros((0, 3)), np.zeros((0, 3)), 0.0
@@ -149,12 +142,13 @@ class CompliantContact:
         is pushed out of the colliders (module docstring); `x` (N,3) the current iterate, whose
         fixed nodes are where this step holds them."""
         vertices, normals, anchors = self._planes
-        self.last_touching, self.last_depth = 0, 0.0
+        self.last_touching = 0
         if not len(vertices):
             return solution
         nodes = np.array(x, dtype=np.float64)
         nodes[self.solver.free] = solution
-        skin = self.free_rows[vertices] @ solution + self._fixed_part(vertices, nodes)
+        embedding = self.embedding
+        skin = np.einsum("ck,ckd->cd", embedding.weights[vertices], nodes[embedding.nodes[vertices]])
         gaps = np.einsum("cd,cd->c", normals, self._world(skin) - anchors)
         push = normals @ self.head[:3, :3]               # the normals in the rest frame
         responses = self._unit_responses(vertices)       # (F, C)
@@ -177,5 +171,4 @@ class CompliantContact:
         force = np.maximum(force, 0.0)
         self._force = force
         self.last_touching = int((force > 0.0).sum())
-        self.last_depth = float(np.maximum(-(gaps + coupling @ force), 0.0).max(initial=0.0))
         return solution + (responses * force) @ push
