@@ -194,6 +194,26 @@ def test_predictive_margin_adds_the_points_just_outside_with_depth_zero():
     assert set(expected) <= set(extra)
 
 
+def test_the_clearance_grid_keeps_every_point_the_contact_margin_reaches():
+    """The grid drops points by cell without a tree walk: every point inside or within the
+    contact's predictive margin must survive it, so the grid reaches at least that far (else the
+    detection walks every point in the box)."""
+    from solver.collisions.detection import CLEARANCE_REACH, ClearanceGrid
+    from solver.physics.contact_response import DEFAULT_CONTACT_MARGIN
+    assert CLEARANCE_REACH >= DEFAULT_CONTACT_MARGIN
+    vertices, triangles = lumpy_sphere(4, subdivisions=3)
+    vertices = 0.01 * vertices                      # a 2 cm lump, tooth-sized, in metres
+    volume = SurfaceQuery(vertices, triangles)
+    grid = ClearanceGrid(volume, 2e-3)
+    points = np.random.default_rng(12).uniform(-0.02, 0.02, size=(5000, 3))
+    kept = grid.uncleared(points, DEFAULT_CONTACT_MARGIN)
+    assert len(kept) < 0.6 * len(points)            # the grid does drop the far points
+    distance = volume.query(points).distance        # the tree's closest points (brute-force tested above)
+    inside = WindingNumberTree(vertices, triangles).query(points) > 0.5
+    near = np.flatnonzero(inside | (distance <= DEFAULT_CONTACT_MARGIN))
+    assert len(near) > 300 and set(near) <= set(kept)
+
+
 def test_patch_hits_name_the_triangle_and_the_margin_adds_points_in_front():
     grid = np.stack(np.meshgrid(np.linspace(-1, 1, 9), np.linspace(-1, 1, 9), indexing="ij"), -1).reshape(-1, 2)
     vertices = np.column_stack([grid, 0.1 * np.sin(2 * grid[:, 0])])

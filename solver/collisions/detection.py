@@ -349,6 +349,12 @@ def _uncleared(points, lower, cell, shape, clear):
     return keep[:count].copy()
 
 
+# The largest predictive margin the clearance grids serve; a larger one walks every point in the
+# collider's box. It covers the contact's predictive planes (physics/contact_response.py,
+# DEFAULT_CONTACT_MARGIN, 2.5 mm; tests/test_detection_queries.py keeps the two together).
+CLEARANCE_REACH = 2.5e-3
+
+
 class ClearanceGrid:
     """Cells of a closed surface's bounding box that lie wholly outside it, by more than `reach`.
 
@@ -359,7 +365,8 @@ class ClearanceGrid:
     Points outside the grid's box are cleared, so the box is grown by `reach` too.
     """
 
-    def __init__(self, volume: SurfaceQuery, cell: float, max_cells_per_axis: int = 48, reach: float = 0.0):
+    def __init__(self, volume: SurfaceQuery, cell: float, max_cells_per_axis: int = 48,
+                 reach: float = CLEARANCE_REACH):
         self.reach = float(reach)
         lower, upper = volume.lower - self.reach, volume.upper + self.reach
         cell = max(float(cell), float((upper - lower).max()) / max_cells_per_axis)

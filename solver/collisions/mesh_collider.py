@@ -47,8 +47,6 @@ CLEARANCE_CELLS_PER_AXIS = 48
 # 642-vertex sphere (a 35k-tet frame solves in 0.6 s), 16³ cells 14 ms, and the coarser grid
 # made a detection of 8000 nearby points only ~20 % slower.
 DEFORMING_CLEARANCE_CELLS_PER_AXIS = 16
-# The largest predictive margin the clearance grid serves (larger ones walk every point in the box).
-CLEARANCE_REACH = 2.0e-3
 
 
 class MeshColliderError(ValueError):
@@ -209,7 +207,7 @@ class MeshCollider:
     def _clearance_grid(self) -> ClearanceGrid:
         extent = float((self.volume.upper - self.volume.lower).max())
         cells = CLEARANCE_CELLS_PER_AXIS if self.frame_vertices is None else DEFORMING_CLEARANCE_CELLS_PER_AXIS
-        return ClearanceGrid(self.volume, extent / cells, max_cells_per_axis=cells, reach=CLEARANCE_REACH)
+        return ClearanceGrid(self.volume, extent / cells, max_cells_per_axis=cells)
 
     @property
     def deforming(self) -> bool:

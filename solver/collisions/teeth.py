@@ -74,11 +74,9 @@ DECIMATE_MIN_NORMAL_COSINE = 0.82
 # distance plus this fraction of the padding, for up to COVER_ROUNDS rounds.
 COVER_MARGIN = 0.25
 COVER_ROUNDS = 4
-# Cell size of the grid that rejects skin points well outside a proxy without a tree walk,
-# and how far outside a cell must stay clear to be rejected (the largest predictive margin
-# served by the grid; a larger one walks every point in the proxy's box).
+# Cell size of the grid that rejects skin points well outside a proxy without a tree walk
+# (detection.ClearanceGrid, out to its CLEARANCE_REACH).
 CLEARANCE_CELL = 2.0e-3
-CLEARANCE_REACH = 2.0e-3
 # A skin vertex that moves less than this relative to a proxy cannot have passed through it
 # (the padded proxies are several millimetres thick): ``TeethCollider.crossings`` skips it.
 MIN_CROSSING_MOVE = 5e-4
@@ -121,7 +119,7 @@ class TeethProxy:
         self.in_region = np.zeros(len(self.triangles), bool)
         self.in_region[self.region] = True
         self.max_inner_depth = _deepest_inside(self.volume)
-        self.clearance = ClearanceGrid(self.volume, CLEARANCE_CELL, reach=CLEARANCE_REACH)
+        self.clearance = ClearanceGrid(self.volume, CLEARANCE_CELL)
 
     @property
     def triangle_count(self) -> int:

@@ -52,8 +52,9 @@ MAX_PENALTY_BOOST = 100.0            # up to this factor over its starting value
 # collider are held in the same Newton solve instead of being found by the next detection. On
 # ICT's performance frames 200–230 most rounds after the first found lip vertices 0.3–3 mm inside
 # that had no plane the round before; 2.5 mm instead of 1 mm took the frames from 359 to 279
-# Newton iterations and 0.72 × the time (docs/benchmarks.md, "Contact frames"). Beyond the teeth
-# clearance grid's 2 mm reach (teeth.CLEARANCE_REACH) detection walks every point in the proxy's box.
+# Newton iterations and 0.72 × the time (docs/benchmarks.md, "Contact frames"). The colliders'
+# clearance grids reach as far (collisions/detection.py, CLEARANCE_REACH); beyond it detection
+# would walk every point in a collider's box.
 DEFAULT_CONTACT_MARGIN = 2.5e-3     # m
 # A vertex follows a common motion of its tet's movable nodes by the fraction Σ_{k movable} w_k
 # (its "drive"); pushing it out by d moves those nodes by d / drive. Below this drive (nodes
