@@ -1,7 +1,7 @@
 """Volumetric blendshapes with teeth and lip contact (solver/volumetric_blendshapes/contact.py) on
 the ICT face: each frame solved without and with contact, the two compared.
 
-    .venv/bin/python bench/vbs_contact.py --model MODEL.npz --fit FIT.npz [--pictures DIR]
+    .venv/bin/python bench/vbs_contact.py --model MODEL.npz --fit FIT.npz [--pictures DIR] [--no-skin-filter]
 
 The keys jawOpen, mouthClose and mouthFunnel of FIT.npz are transferred (≤ 60 PD iterations,
 1e-6 m, as bench/pd.py); the take is 16 frames: the lips pressed together (jawOpen and mouthClose
@@ -9,7 +9,8 @@ together, 0.125 … 1 in 8 frames), then mouthFunnel and jawOpen, each 0.25 … 
 frame starts from the last, as `animate` plays. Printed per frame: PD iterations (all rounds),
 contact rounds, seconds, converged; the deepest skin vertex inside a collider without contact,
 with contact (the embedded skin plus the keys' detail residual, before the display projection)
-and as shown; how far the contact moved the lip vertices and the rest of the skin; inverted tets.
+and as shown (display projection and skin filter, as `animate` writes it); how far the contact
+moved the lip vertices and the rest of the skin; inverted tets.
 With --pictures, each frame's mouth close-up (solver/pictures/contact_frames.py): the skin
 without contact above (red: inside a teeth proxy or the other lip), as shown with contact below.
 """
@@ -41,10 +42,12 @@ def main():
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--fit", type=Path, required=True)
     parser.add_argument("--pictures", type=Path, help="folder for each frame's mouth close-up")
+    parser.add_argument("--no-skin-filter", action="store_true", help="show the skin as simulated")
     args = parser.parse_args()
     from solver.collisions.scene import CollisionScene
     from solver.inverse.fit_file import load_fit
     from solver.model_file import load_model
+    from solver.physics.skin_filter import SkinFilter
     from solver.volumetric_blendshapes.animate import VolumetricBlendshapePlayer
     model = load_model(args.model)
     fit = load_fit(args.fit, model)
@@ -55,8 +58,10 @@ def main():
     players = [VolumetricBlendshapePlayer(model, list(KEYS), np.asarray(fit["shape_key_deltas"], np.float64)[index],
                                           np.asarray(fit["jaw"], np.float64)[index], scene=held, transfer_iterations=60,
                                           transfer_tolerance_m=1e-6) for held in (None, scene)]
+    skin_filter = None if args.no_skin_filter else SkinFilter.for_model(model)
     print(f"commit {commit()}; ICT {len(model['tets'])} tets, {len(model['rest_positions'])} nodes, "
-          f"{len(model['skin_vertices'])} skin vertices; setup (two transfers) {time.perf_counter() - started:.0f} s")
+          f"{len(model['skin_vertices'])} skin vertices; setup (two transfers) {time.perf_counter() - started:.0f} s; "
+          f"skin filter {'off' if skin_filter is None else 'on'}")
     lips = np.zeros(len(model["skin_vertices"]), bool)
     lips[scene.teeth_vertices] = True
     print("| frame | PD its (rounds) | s | converged | deepest without / with contact / shown, mm "
@@ -74,7 +79,8 @@ def main():
             results.append((x, report, skin, scene.measure(skin + offset, player.pose).max_depth_m,
                             int((np.linalg.det(player.mesh.deformation_gradients(x)) <= 0).sum())))
         (_, _, plain_skin, plain_depth, plain_inverted), (x, report, skin, depth, inverted) = results
-        shown, shown_depth = players[1].displayed_skin(x, offset)
+        shown_skin = players[1].shown_skin(x, w, skin_filter=skin_filter)
+        shown, shown_depth = shown_skin.skin, shown_skin.depth_m
         if args.pictures is not None:
             from solver.pictures.contact_frames import picture_contact_frames
             args.pictures.mkdir(parents=True, exist_ok=True)

@@ -344,14 +344,12 @@ class VIEW3D_PT_face_physics_bake(_FacePhysicsPanel, bpy.types.Panel):
         row = layout.row()
         row.enabled = has_fit and settings.animation_source == 'SHAPE_KEYS'
         row.prop(settings, "use_detail")
-        unfiltered = row.row()
-        unfiltered.enabled = settings.actuation == 'PHACE'       # volumetric blendshapes show the skin as solved
-        unfiltered.prop(settings, "use_skin_filter")
+        row.prop(settings, "use_skin_filter")
         row = layout.row()
         row.enabled = has_fit and settings.animation_source == 'SHAPE_KEYS'
         row.prop(settings, "actuation")
         if settings.actuation == 'VOLUMETRIC_BLENDSHAPES':
-            layout.label(text="Quasi-static shape keys only: no contact, dynamics, maps, muscles", icon='INFO')
+            layout.label(text="Quasi-static shape keys only: no dynamics, maps, muscles", icon='INFO')
         if settings.animation_source == 'SHAPE_KEYS' and not has_fit:
             layout.label(text="No fit yet: the muscle sliders drive the bake", icon='INFO')
         layout.prop(settings, "bake_target")

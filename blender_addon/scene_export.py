@@ -537,7 +537,8 @@ def simulation_settings(context, obj, with_fit: bool) -> dict:
         # A padding is a physical thickness: scene units to metres, not the skin's own scale.
         contact["teeth_padding_m"] = float(settings.teeth_padding) * (context.scene.unit_settings.scale_length or 1.0)
     if actuation(obj, with_fit) == VOLUMETRIC_BLENDSHAPES:      # its contact has no solver choice
-        return {"actuation": VOLUMETRIC_BLENDSHAPES, "detail": bool(settings.use_detail), **contact}
+        return {"actuation": VOLUMETRIC_BLENDSHAPES, "detail": bool(settings.use_detail),
+                "skin_filter": bool(settings.use_skin_filter), **contact}
     result = {"dynamic": settings.dynamics == 'DYNAMIC', "substeps": int(settings.substeps),
               "gravity": bool(settings.gravity), "wind": wind_velocity(obj), **fat_settings(obj),
               "collisions": collisions, **contact}

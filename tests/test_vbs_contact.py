@@ -69,6 +69,28 @@ def test_the_contact_lets_go_when_the_key_does(block):
     assert np.abs(held - np.asarray(model["rest_positions"])).max() < 1e-5
 
 
+def test_the_shown_skin_is_filtered_against_the_rig_and_kept_out(block):
+    from solver.physics.contact_response import DEFAULT_CONTACT_TOLERANCE
+    from solver.physics.skin_filter import SkinFilter
+    model, scene, players = block
+    player = players[True]
+    skin_filter = SkinFilter.for_model(model)
+    x, _ = player.frame([1.0])
+    raw = player.shown_skin(x, [1.0])
+    shown = player.shown_skin(x, [1.0], skin_filter=skin_filter)
+    rig = np.asarray(model["skin_vertices"]) + lift_key(np.asarray(model["skin_vertices"]))
+    # The written skin is the Phace path's filter on the displayed skin against the plain rig frame,
+    # kept out of the same scene; where the ball presses, the deviation from the rig stays.
+    expected = skin_filter.apply_in_scene(raw.skin, rig, scene, player.pose, DEFAULT_CONTACT_TOLERANCE)
+    assert np.array_equal(shown.skin, expected.skin) and shown.pinned == expected.held_by_colliders
+    assert shown.depth_m <= DEFAULT_CONTACT_TOLERANCE
+    pressed = np.linalg.norm(raw.skin - rig, axis=1).max()
+    assert pressed > 1e-3 and np.linalg.norm(shown.skin - rig, axis=1).max() > 0.8 * pressed
+    # Away from the ball the filter changes little (the dent spreads by about the filter's width).
+    far = np.linalg.norm(rig - np.array([0.02, TOP, 0.015]), axis=1) > 0.015
+    assert np.linalg.norm(shown.skin[far] - raw.skin[far], axis=1).max() < 0.1 * pressed
+
+
 def _box_mesh(low, high):
     corners = np.array([[x, y, z] for x in (low[0], high[0]) for y in (low[1], high[1]) for z in (low[2], high[2])])
     faces = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],

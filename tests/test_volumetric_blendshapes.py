@@ -3,6 +3,8 @@ Newton on the same energy, and shape keys reproduced. The energies' derivatives 
 tests/test_energy_derivatives.py through tests/energy_registry.py."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,10 @@ def small_block():
     """A 4 × 3 × 3 cm BCC block (spacing 1 cm) pinned on its y = 0 face, as a skull under flesh."""
     nodes, tets = bcc_block((0.04, 0.03, 0.03), 0.01)
     base = np.flatnonzero(nodes[:, 1] < 1e-9)
-    return block_model(nodes, tets, pin_nodes=base)
+    model = block_model(nodes, tets, pin_nodes=base)
+    info = json.loads(str(model["build_info"]))
+    model["build_info"] = np.array(json.dumps({**info, "lattice_spacing_m": 0.01}))   # the skin filter's width
+    return model
 
 
 def smooth_shape(skin, amplitude, phase):

@@ -377,6 +377,7 @@ def _run_volumetric_blendshapes(request: AnimateRequest, report) -> dict:
     try:
         result = play_volumetric_blendshapes(model, fit, weights, fps, head_transforms, workspace / "result.npz",
                                              detail=request.detail is not False, progress=on_frame, scene=scene,
+                                             skin_filter=_skin_filter(model) if request.skin_filter else None,
                                              cache_start_frame=request.cache_start_frame,
                                              cache_metres_per_unit=request.cache_metres_per_unit)
     except VolumetricBlendshapeError as error:
@@ -392,6 +393,17 @@ def _run_volumetric_blendshapes(request: AnimateRequest, report) -> dict:
                "message": f"wrote {output.name} and {cache.name}: {frames} frames of volumetric blendshapes, "
                           f"{unconverged} not converged"}
     return _with_contact_summary(summary, result, scene)
+
+
+def _skin_filter(model):
+    """The model's SkinFilter (physics/skin_filter.py), or a RequestError when the model does not
+    say how fine its tets are (models built before the lattice spacing was recorded)."""
+    from ..physics.skin_filter import SkinFilter
+    try:
+        return SkinFilter.for_model(model)
+    except ValueError as error:
+        raise RequestError("skin_filter", str(error).rstrip("."), "build the model again with this solver, or turn "
+                                                                  "the skin filter off (--no-skin-filter)") from None
 
 
 def _with_contact_summary(summary: dict, result, scene) -> dict:

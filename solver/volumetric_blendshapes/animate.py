@@ -8,20 +8,30 @@ The shapes come from FIT.npz: its `shape_key_deltas` (the rig's keys on the mode
 the linearly blended jaw parameters — and runs PD from the previous frame, in the head's rest
 frame; the head transform then moves the result rigidly. The skin is the embedded skin plus, with
 detail, the blended residual of each key the tet mesh could not carry (as the Phace path adds).
+
+The shown skin then goes through the Phace path's skin filter (physics/skin_filter.py): the
+deviation from the plain rig frame, rest + Σ wₖ Δₖ, low-passed on the skin surface, pushed back
+out of the colliders, and held flat by the fold guard where it would bend shown triangles beyond
+the rig's. The tet mesh's kinks are the same whichever actuation drives it, and a key played at
+weight 1 is still shown exactly as the rig has it (zero deviation stays zero).
 """
 from __future__ import annotations
 
+import contextlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
 from ..collisions.contacts import BonePose
-from ..npz_files import write_npz_atomically
 from ..pc2 import Pc2Writer
 from ..physics.animate import AnimationResult
 from ..physics.bones import jaw_transform
+from ..physics.contact_response import DEFAULT_CONTACT_TOLERANCE
+from ..physics.skin_filter import SkinFilter
+from ..physics.skin_store import SkinStore, StoredArray
 from .contact import CompliantContact
 from .energies import TetMesh, VolumetricBlendshapeEnergy
 from .projective_dynamics import ProjectiveDynamics, barycentric_matrix, model_fixed_nodes
@@ -59,6 +69,15 @@ def posed_bones(model, jaw_parameters) -> np.ndarray:
     return x
 
 
+@dataclass(frozen=True)
+class ShownSkin:
+    """One frame's skin as written: in the world, detail, display projection and filter included."""
+    skin: np.ndarray            # (V,3) m
+    depth_m: float              # the deepest vertex still inside a collider (0 without a scene)
+    pinned: int = 0             # vertices the skin filter pinned onto a collider or showed as simulated
+    guarded: int = 0            # vertices on triangles its fold guard held flat
+
+
 class VolumetricBlendshapePlayer:
     """Targets transferred once, the PD matrix factorised once; `frame(weights, jaw)` → nodes
     (N,3). With a collision `scene` (collisions/scene.py) the skin is kept out of it by
@@ -76,12 +95,14 @@ class VolumetricBlendshapePlayer:
         self.transfer_seconds = time.perf_counter() - started
         self.shapes = VolumetricBlendshapes.from_targets(names, targets)
         skin = barycentric_matrix(model)
-        rest_skin = np.asarray(model["skin_vertices"], dtype=np.float64)
+        self.rest_skin = np.asarray(model["skin_vertices"], dtype=np.float64)
+        self.skin_deltas = np.asarray(skin_deltas, dtype=np.float64)
         # What each key asks of the skin beyond what its transferred mesh carries.
-        self.residuals = np.stack([rest_skin + delta - skin @ x for delta, x in zip(skin_deltas, transferred)])
+        self.residuals = np.stack([self.rest_skin + delta - skin @ x for delta, x in zip(skin_deltas, transferred)])
         self.skin_matrix = skin
         self.energy = VolumetricBlendshapeEnergy(self.mesh, self.shapes.blend(np.zeros(len(names))), 1.0, mu, lam)
         self.solver = ProjectiveDynamics(self.mesh, self.energy.terms, model_fixed_nodes(model))
+        self.scene = scene
         self.contact = None if scene is None else CompliantContact(model, scene, self.solver)
         self.head = np.eye(4)
         self.pose = BonePose(skull=np.eye(4), jaw=np.eye(4))
@@ -126,6 +147,21 @@ class VolumetricBlendshapePlayer:
         planes = response.collisions.detect(shown, self.pose)
         return shown, float(planes.depth.max(initial=0.0))
 
+    def shown_skin(self, x, weights, detail: bool = True, skin_filter: Optional[SkinFilter] = None) -> ShownSkin:
+        """The skin written for the last frame (nodes x (N,3), its `weights` (K,)): `displayed_skin`
+        with the blended residuals as detail, then, with a `skin_filter`, filtered against the
+        plain rig frame and kept out of the scene (module docstring)."""
+        weights = np.asarray(weights, dtype=np.float64)
+        offset = np.einsum("k,kvd->vd", weights, self.residuals) if detail else None
+        shown, depth = self.displayed_skin(x, offset)
+        if skin_filter is None:
+            return ShownSkin(shown, depth)
+        rig = (self.rest_skin + np.einsum("k,kvd->vd", weights, self.skin_deltas)) @ self.head[:3, :3].T \
+            + self.head[:3, 3]
+        filtered = skin_filter.apply_in_scene(shown, rig, self.scene, self.pose, DEFAULT_CONTACT_TOLERANCE)
+        depth = 0.0 if self.scene is None else self.scene.measure(filtered.skin, self.pose, shown=True).max_depth_m
+        return ShownSkin(filtered.skin, depth, filtered.held_by_colliders, filtered.guarded)
+
 
 def _unconverged_reason(player: VolumetricBlendshapePlayer, report) -> str:
     if report.last_step_m >= PD_TOLERANCE_M:
@@ -136,11 +172,13 @@ def _unconverged_reason(player: VolumetricBlendshapePlayer, report) -> str:
 
 def play_volumetric_blendshapes(model, fit: dict, weights: np.ndarray, fps: float, head_transforms: np.ndarray,
                                 result_path, detail: bool = True, scene=None,
+                                skin_filter: Optional[SkinFilter] = None,
                                 progress: Callable[[dict], None] = lambda event: None,
                                 cache_start_frame: float = 1.0, cache_metres_per_unit: float = 1.0) -> AnimationResult:
     """Every frame of `weights` (T,K) in the fit's shape order; writes RESULT.npz at result_path
     and its .pc2 beside it (physics/animate.py's layout). `scene`: the collision scene to keep
-    the skin out of (collisions/scene.py), or None."""
+    the skin out of (collisions/scene.py), or None; `skin_filter`: the filter the skin is shown
+    through (physics/skin_filter.py), or None for the skin as simulated."""
     if "shape_key_deltas" not in fit:
         raise VolumetricBlendshapeError("FIT.npz has no shape_key_deltas (fits made before they were stored): "
                                         "fit the shapes again to play them as volumetric blendshapes")
@@ -149,36 +187,46 @@ def play_volumetric_blendshapes(model, fit: dict, weights: np.ndarray, fps: floa
     player = VolumetricBlendshapePlayer(model, fit["shape_key_names"], np.asarray(fit["shape_key_deltas"], np.float64),
                                         np.asarray(fit["jaw"], np.float64), scene=scene)
     setup_seconds = time.perf_counter() - setup_started
-    frames = len(weights)
-    skin_count = len(model["skin_vertices"])
-    skin = np.empty((frames, skin_count, 3))
-    converged = np.zeros(frames, dtype=bool)
-    iterations = np.zeros(frames, dtype=np.int64)
-    seconds = np.zeros(frames)
-    inverted, smallest = np.zeros(frames, dtype=np.int64), np.ones(frames)
-    depth, contacts = np.zeros(frames), np.zeros(frames, dtype=np.int64)
-    with Pc2Writer(result_path.with_suffix(".pc2"), skin_count, start_frame=cache_start_frame) as cache:
+    frames, skin_count = len(weights), len(model["skin_vertices"])
+    records = {"converged": np.zeros(frames, dtype=bool), "newton_iterations": np.zeros(frames, dtype=np.int64),
+               "frame_seconds": np.zeros(frames), "inverted_tets": np.zeros(frames, dtype=np.int64),
+               "smallest_volume_ratio": np.ones(frames), "penetration_depth_max": np.zeros(frames),
+               "contacts": np.zeros(frames, dtype=np.int64), "filter_pinned": np.zeros(frames, dtype=np.int64),
+               "filter_guarded": np.zeros(frames, dtype=np.int64)}
+    with contextlib.ExitStack() as closing:
+        # The skin goes to disk frame by frame, as the Phace path's (physics/skin_store.py).
+        store = closing.enter_context(SkinStore(result_path.with_name(f".{result_path.stem}.skin.npy"), frames,
+                                                skin_count))
+        cache = closing.enter_context(Pc2Writer(result_path.with_suffix(".pc2"), skin_count,
+                                                start_frame=cache_start_frame))
         for frame in range(frames):
-            head = head_transforms[frame]
-            x, report = player.frame(weights[frame], head=head, frame=frame)
-            offset = np.einsum("k,kvd->vd", weights[frame], player.residuals) if detail else None
-            skin[frame], depth[frame] = player.displayed_skin(x, offset)
-            contacts[frame] = 0 if player.contact is None else player.contact.last_touching
+            x, report = player.frame(weights[frame], head=head_transforms[frame], frame=frame)
+            filter_started = time.perf_counter()
+            shown = player.shown_skin(x, weights[frame], detail, skin_filter)
             determinants = np.linalg.det(player.mesh.deformation_gradients(x))
-            inverted[frame], smallest[frame] = int((determinants <= 0).sum()), float(determinants.min(initial=1.0))
-            converged[frame], iterations[frame], seconds[frame] = report.converged, report.iterations, report.seconds
-            cache.append(skin[frame] / cache_metres_per_unit)
+            values = {"converged": report.converged, "newton_iterations": report.iterations,
+                      "frame_seconds": report.seconds + (time.perf_counter() - filter_started),
+                      "inverted_tets": int((determinants <= 0).sum()),
+                      "smallest_volume_ratio": float(determinants.min(initial=1.0)),
+                      "penetration_depth_max": shown.depth_m, "filter_pinned": shown.pinned,
+                      "filter_guarded": shown.guarded,
+                      "contacts": 0 if player.contact is None else player.contact.last_touching}
+            for name, value in values.items():
+                records[name][frame] = value
+            store.write(frame, shown.skin)
+            cache.append(shown.skin / cache_metres_per_unit)
             progress({"frame": frame + 1, "frames": frames, "converged": bool(report.converged),
-                      "newton_iterations": int(report.iterations), "seconds": round(report.seconds, 3),
-                      "inverted_tets": int(inverted[frame]), "setup_seconds": round(setup_seconds, 3),
-                      **({} if scene is None else {"contacts": int(contacts[frame]),
-                                                   "penetration_depth_max_mm": round(1e3 * depth[frame], 4)}),
+                      "newton_iterations": int(report.iterations),
+                      "seconds": round(float(values["frame_seconds"]), 3),
+                      "inverted_tets": values["inverted_tets"], "setup_seconds": round(setup_seconds, 3),
+                      **({} if player.scene is None else {"contacts": int(values["contacts"]),
+                                                          "penetration_depth_max_mm": round(1e3 * shown.depth_m, 4)}),
                       **({} if report.converged else {"reason": _unconverged_reason(player, report)})})
-    jaw_world = np.stack([head @ jaw_transform(np.asarray(model["jaw_frame"]), w @ player.shape_jaw)
-                          for head, w in zip(head_transforms, weights)])
-    result = AnimationResult(skin_positions=skin, converged=converged, newton_iterations=iterations,
-                             frame_seconds=seconds, fps=float(fps), skull_transforms=np.asarray(head_transforms, float),
-                             jaw_transforms=jaw_world, inverted_tets=inverted, smallest_volume_ratio=smallest,
-                             penetration_depth_max=depth, contacts=contacts)
-    write_npz_atomically(result_path, result.arrays())
+        jaw_world = np.stack([head @ jaw_transform(np.asarray(model["jaw_frame"]), w @ player.shape_jaw)
+                              for head, w in zip(head_transforms, weights)])
+        result = AnimationResult(skin_positions=StoredArray(result_path, "skin_positions", store.shape), fps=float(fps),
+                                 skull_transforms=np.asarray(head_transforms, float), jaw_transforms=jaw_world,
+                                 **records)
+        result.write_streaming_skin(result_path, store)
+    store.path.unlink()
     return result

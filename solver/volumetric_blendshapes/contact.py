@@ -38,13 +38,19 @@ import numpy as np
 import scipy.sparse
 
 from ..collisions.contacts import BonePose
-from ..physics.contact_response import DEFAULT_CONTACT_MARGIN, DEFAULT_CONTACT_TOLERANCE, ContactResponse
+from ..physics.contact_response import DEFAULT_CONTACT_TOLERANCE, ContactResponse
 from ..physics.skin_embedding import SkinEmbedding, SkinOverBone
 
 # The constraint's stiffness over the tissue's own at the vertex: a vertex pushed with force f
 # stays f / w inside its plane, 1e-4 of what the tissue alone would give way.
 CONTACT_STIFFNESS_FACTOR = 1e4
 MAX_CONTACT_ROUNDS = 10
+# m: predictive planes for skin vertices this close outside a collider. Not the Phace path's
+# 2.5 mm (DEFAULT_CONTACT_MARGIN since 45948ba): with it, ICT's lips pressed at 0.25
+# (bench/vbs_contact.py) ran PD to its 200 iterations in a round and the lips moved 186 mm, with
+# 187 tets inverted, where 1 mm settles the frame in 7 iterations and 2 rounds (docs/
+# volumetric_blendshapes.md, "Contact"). Why the wider band breaks this path is not known yet.
+CONTACT_MARGIN = 1e-3
 # m: a frame whose rounds end with new penetrations no deeper than this counts as converged (the
 # issue's visible bound; the display projection then brings the shown skin within the contact
 # tolerance). Lips sliding over the teeth in mouthFunnel kept finding new vertices 0.07–0.16 mm
@@ -67,7 +73,7 @@ class CompliantContact:
         stiffness = np.where(solver.fixed, np.inf, solver.matrix.diagonal())
         with np.errstate(divide="ignore"):          # a vertex on fixed nodes only: infinitely stiff
             self.response = ContactResponse(scene, self.embedding, stiffness, ~solver.fixed,
-                                            margin=DEFAULT_CONTACT_MARGIN, skin_over_bone=SkinOverBone.from_model(model))
+                                            margin=CONTACT_MARGIN, skin_over_bone=SkinOverBone.from_model(model))
         # A vertex whose tet has only fixed nodes is pushed by nothing (detection leaves it out).
         vertex_stiffness = self.response.vertex_stiffness
         self.stiffness = np.where(np.isfinite(vertex_stiffness), stiffness_factor * vertex_stiffness, 0.0)
