@@ -91,6 +91,45 @@ def test_the_shown_skin_is_filtered_against_the_rig_and_kept_out(block):
     assert np.linalg.norm(shown.skin[far] - raw.skin[far], axis=1).max() < 0.1 * pressed
 
 
+def _pushes(seed, count=40):
+    """An LCP shaped like the contact's: S = (n_u · n_v) B_u A⁻¹ B_vᵀ (a Hadamard product of two
+    positive semi-definite matrices, the Green's part of low rank, so nearly singular; unit
+    normals facing every way, as two pressed lips' do) plus a small compliance, gaps both ways."""
+    rng = np.random.default_rng(seed)
+    basis = rng.standard_normal((count, 6))
+    normals = rng.standard_normal((count, 3))
+    normals /= np.linalg.norm(normals, axis=1)[:, None]
+    coupling = (normals @ normals.T) * (basis @ basis.T + 1e-3 * np.eye(count))
+    return coupling, np.full(count, 1e-4), rng.uniform(-1.0, 1.0, count)
+
+
+def _whole_block_exchanges_settle(coupling, compliance, gaps, passes=50):
+    active, force = gaps < 0.0, np.zeros(len(gaps))
+    for _ in range(passes):
+        force[:] = 0.0
+        if active.any():
+            force[active] = np.linalg.solve(coupling[np.ix_(active, active)] + np.diag(compliance[active]),
+                                            -gaps[active])
+        wrong = (active & (force < 0.0)) | (~active & (gaps + coupling @ force < -1e-6))
+        if not wrong.any():
+            return True
+        active ^= wrong
+    return False
+
+
+@pytest.mark.parametrize("seed", [1, 4, 5, 6, 8, 11, 12])
+def test_the_pushes_solve_the_complementarity_problem_where_block_exchanges_cycle(seed):
+    from solver.volumetric_blendshapes.contact import push_forces
+    coupling, compliance, gaps = _pushes(seed)
+    if seed < 10:       # these cycle when whole blocks change sides every pass (ICT's pressed lips did)
+        assert not _whole_block_exchanges_settle(coupling, compliance, gaps)
+    force, settled = push_forces(coupling, compliance, gaps)
+    after = gaps + (coupling + np.diag(compliance)) @ force
+    scale = np.abs(gaps).max()
+    assert settled and force.min() >= 0.0 and after.min() > -1e-9 * scale
+    assert np.abs(force * after).max() < 1e-9 * scale * np.abs(force).max()
+
+
 def _box_mesh(low, high):
     corners = np.array([[x, y, z] for x in (low[0], high[0]) for y in (low[1], high[1]) for z in (low[2], high[2])])
     faces = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],

@@ -22,9 +22,14 @@ with g_v = n_v · (B_v x − a_v) the gap and B_v the vertex's barycentric row. 
 scalar matrix for x, y and z, A⁻¹ (n ⊗ B_v)ᵀ = n ⊗ A⁻¹ B_vᵀ: one scalar solve per vertex ever
 (A never changes), kept; the Schur complement is S_uv = (n_u · n_v) B_u A⁻¹ B_vᵀ, small and dense,
 plus the compliance 1 / w_v on its diagonal (w_v = CONTACT_STIFFNESS_FACTOR × the tissue's own
-stiffness at the vertex). The pushing set is found by an active-set loop: start from the
-vertices inside, drop those whose λ comes out negative (they would pull), add those the others'
-pushes carried inside, until it settles.
+stiffness at the vertex). The pushing set is the solution of a linear complementarity problem
+(`push_forces`), found by block principal pivoting: start from the vertices inside, drop those
+whose λ comes out negative (they would pull), add those the others' pushes carried inside, until
+it settles. Whole-block exchanges can cycle: on ICT's pressed lips with 2.5 mm predictive planes
+the set came back every fourth global step, the forces were clipped unsettled, PD never converged
+and the lips moved 186 mm. So when a pass does not lower the count of wrong vertices for
+PIVOT_PATIENCE passes, one vertex at a time changes sides (the last wrong one: Murty's rule),
+which ends for any positive definite S (Júdice & Pires 1994; Kim & Park 2011 use it for NNLS).
 
 Why compliant rows, and not equality rows held for the frame (bench/nose_push.py holds its
 vertices on a plane that way): a held row glues a vertex that would separate, and the rows of
@@ -56,9 +61,40 @@ CONTACT_MARGIN = 1e-3
 # tolerance). Lips sliding over the teeth in mouthFunnel kept finding new vertices 0.07–0.16 mm
 # deep round after round on ICT, as the Phace path's lip rounds hover.
 SETTLED_DEPTH = 4.0 * DEFAULT_CONTACT_TOLERANCE
-MAX_ACTIVE_SET_PASSES = 20
+MAX_ACTIVE_SET_PASSES = 500      # passes of push_forces; single exchanges may need one per vertex
+PIVOT_PATIENCE = 3               # block passes allowed without fewer wrong vertices (module docstring)
 # m: a vertex the pushes leave less than this inside its plane is not added to the set.
 ACTIVE_SET_TOLERANCE = 1e-6
+
+
+def push_forces(coupling: np.ndarray, compliance: np.ndarray, gaps: np.ndarray) -> tuple[np.ndarray, bool]:
+    """(λ (C,), settled): the forces λ ≥ 0 with gaps + (coupling + diag(compliance)) λ ≥ 0 and
+    λ = 0 wherever that is > 0 — the pushing set by block principal pivoting with Murty's
+    single-exchange backup (module docstring). `settled` is False only if MAX_ACTIVE_SET_PASSES
+    ran out (λ is then clipped at 0)."""
+    active = gaps < 0.0
+    force = np.zeros(len(gaps))
+    fewest, patience = len(gaps) + 1, PIVOT_PATIENCE
+    for _ in range(MAX_ACTIVE_SET_PASSES):
+        force[:] = 0.0
+        if active.any():
+            block = coupling[np.ix_(active, active)] + np.diag(compliance[active])
+            force[active] = np.linalg.solve(block, -gaps[active])
+        after = gaps + coupling @ force
+        wrong = (active & (force < 0.0)) | (~active & (after < -ACTIVE_SET_TOLERANCE))
+        count = int(wrong.sum())
+        if not count:
+            return force, True
+        if count < fewest:
+            fewest, patience = count, PIVOT_PATIENCE
+        else:
+            patience -= 1
+        if patience > 0:
+            active ^= wrong
+        else:
+            last = np.flatnonzero(wrong)[-1]
+            active[last] = ~active[last]
+    return np.maximum(force, 0.0), False
 
 
 class CompliantContact:
@@ -161,20 +197,7 @@ class CompliantContact:
         green = np.asarray(self.free_rows[vertices] @ responses)        # B_u A⁻¹ B_vᵀ (C, C)
         coupling = (push @ push.T) * green               # gap change of u per unit force at v
         compliance = 1.0 / np.maximum(self.stiffness[vertices], 1e-300)
-        active = gaps < 0.0
-        force = np.zeros(len(vertices))
-        for _ in range(MAX_ACTIVE_SET_PASSES):
-            force[:] = 0.0
-            if active.any():
-                block = coupling[np.ix_(active, active)] + np.diag(compliance[active])
-                force[active] = np.linalg.solve(block, -gaps[active])
-            after = gaps + coupling @ force
-            pulling = active & (force < 0.0)
-            entering = ~active & (after < -ACTIVE_SET_TOLERANCE)
-            if not (pulling.any() or entering.any()):
-                break
-            active = (active & ~pulling) | entering
-        force = np.maximum(force, 0.0)
+        force, _ = push_forces(coupling, compliance, gaps)
         self._force = force
         self.last_touching = int((force > 0.0).sum())
         return solution + (responses * force) @ push
