@@ -51,10 +51,10 @@ from ..physics.skin_embedding import SkinEmbedding, SkinOverBone
 CONTACT_STIFFNESS_FACTOR = 1e4
 MAX_CONTACT_ROUNDS = 10
 # m: predictive planes for skin vertices this close outside a collider. Not the Phace path's
-# 2.5 mm (DEFAULT_CONTACT_MARGIN since 45948ba): with it, ICT's lips pressed at 0.25
-# (bench/vbs_contact.py) ran PD to its 200 iterations in a round and the lips moved 186 mm, with
-# 187 tets inverted, where 1 mm settles the frame in 7 iterations and 2 rounds (docs/
-# volumetric_blendshapes.md, "Contact"). Why the wider band breaks this path is not known yet.
+# 2.5 mm (DEFAULT_CONTACT_MARGIN): on ICT's take (bench/vbs_contact.py, docs/
+# volumetric_blendshapes.md "Contact") it settled as many frames (12 of 16) in more rounds, 124 s
+# against 112 s for the take, the pressed lips at 0.25 in 10 rounds unconverged against 2 (and
+# before push_forces' single exchanges it set off the cycling that blew those lips 186 mm out).
 CONTACT_MARGIN = 1e-3
 # m: a frame whose rounds end with new penetrations no deeper than this counts as converged (the
 # issue's visible bound; the display projection then brings the shown skin within the contact
