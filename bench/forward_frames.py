@@ -119,6 +119,7 @@ PROFILE_PARTS = (
     ("tissue passes (E, ∇E, ∇²E: corotated._assemble)", "corotated.py", "_assemble"),
     ("CHOLMOD triangular solves (CG's preconditioner)", "cholesky.py", "solve"),
     ("CHOLMOD numeric factorisations", "cholesky.py", "factorise"),
+    ("CHOLMOD rank updates of the kept factor (contacts)", "cholesky.py", "modify"),
     ("Pᵀ H P (constraints._reduce_into)", "constraints.py", "_reduce_into"),
     ("volume floor", "volume_floor.py", None),
     ("collision detection and contact", ("collisions", "contact"), None),
