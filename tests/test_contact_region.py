@@ -202,3 +202,27 @@ def test_the_next_round_starts_on_the_tissue_pass_the_last_one_ended_with(slab):
         assert counted.passes == 3 and objective._kept_tissue_pass is None
     finally:
         objective.elasticity, objective.contact = simulator.elasticity, None
+
+
+def test_a_region_freed_again_reuses_its_sub_mesh(slab):
+    """Two contact terms over the same nodes (rounds and frames of one contact) get the same
+    sub-mesh object; other nodes get their own, equal to a fresh build; the oldest beyond
+    KEPT_SUB_MESHES is dropped."""
+    from types import SimpleNamespace
+
+    from solver.physics.contact_region import KEPT_SUB_MESHES
+    model, centre = slab
+    simulator = FaceSimulator(model, collisions=ColliderSet([pressing(centre)]))
+    contact_region = ContactRegion(model, simulator.elasticity, simulator.skin_embedding)
+    tets = np.asarray(model["tets"])
+    first, again = (SimpleNamespace(nodes=tets[10]) for _ in range(2))
+    region, elasticity = contact_region.sub_mesh(first)
+    assert contact_region.sub_mesh(again) == (region, elasticity) and contact_region.sub_mesh_reuses == 1
+    other_region, other_elasticity = contact_region.sub_mesh(SimpleNamespace(nodes=tets[len(tets) // 2]))
+    assert other_elasticity is not elasticity
+    fresh = contact_region.region(tets[len(tets) // 2])
+    np.testing.assert_array_equal(other_region.tets, fresh.tets)
+    np.testing.assert_array_equal(other_region.held, fresh.held)
+    for index in range(KEPT_SUB_MESHES):           # as many new regions as are kept push out the first
+        contact_region.sub_mesh(SimpleNamespace(nodes=tets[20 + 7 * index]))
+    assert contact_region.sub_mesh(SimpleNamespace(nodes=tets[10]))[1] is not elasticity

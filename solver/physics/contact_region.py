@@ -24,6 +24,7 @@ converge is thrown away and the step starts where it would have.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -40,6 +41,7 @@ from .newton import DEFAULT_MAX_ITERATIONS, MAX_FORCING, NewtonResult, NewtonSol
 # rings 71.9 s, 131; 6 rings 83.4 s, 120. Its smooth version: 2 rings 97.2 s, 4 rings 104.0 s
 # (docs/collisions.md).
 DEFAULT_REGION_RINGS = 2
+KEPT_SUB_MESHES = 8                 # sub-meshes kept for reuse, the most recently used
 SKULL = 0
 
 
@@ -99,15 +101,26 @@ class ContactRegion:
         # The sub-mesh of the last contact term relaxed: a round's solve keeps one term for all
         # its steps, so the region and its elasticity pattern are built once per round, not per step.
         self._sub_mesh = (None, None, None)
+        # Sub-meshes by their free nodes: rounds and frames of one contact often free the same
+        # nodes again, and a sub-mesh's elasticity (its Hessian pattern) depends on nothing else.
+        self._sub_meshes: "OrderedDict[bytes, tuple[Region, CorotatedElasticity]]" = OrderedDict()
+        self.sub_mesh_builds = self.sub_mesh_reuses = 0
 
-    def region(self, seed_nodes: np.ndarray) -> Region:
-        """The nodes within ``rings`` tet rings of `seed_nodes` are free; the tets touching them
-        form the sub-mesh, whose other nodes are held."""
+    def free_nodes(self, seed_nodes: np.ndarray) -> np.ndarray:
+        """(N,) bool: the nodes within ``rings`` tet rings of `seed_nodes`."""
         free = np.zeros(self.node_count, bool)
         free[np.asarray(seed_nodes, dtype=np.int64).ravel()] = True
         for _ in range(self.rings):
             touched = (self._incidence @ free.astype(np.float64)) > 0.0
             free |= (self._incidence_transposed @ touched.astype(np.float64)) > 0.0
+        return free
+
+    def region(self, seed_nodes: np.ndarray) -> Region:
+        """The nodes within ``rings`` tet rings of `seed_nodes` are free; the tets touching them
+        form the sub-mesh, whose other nodes are held."""
+        return self._region_of(self.free_nodes(seed_nodes))
+
+    def _region_of(self, free: np.ndarray) -> Region:
         tets = np.flatnonzero((self._incidence @ free.astype(np.float64)) > 0.0)
         nodes = np.unique(self.tets[tets])
         node_index = np.full(self.node_count, -1, np.int64)
@@ -150,10 +163,21 @@ class ContactRegion:
         """The region around a contact term's planes and its elasticity, built once per term."""
         term, region, elasticity = self._sub_mesh
         if term is not contact:
-            region = self.region(contact.nodes)
-            elasticity = CorotatedElasticity(self.rest[region.nodes],
-                                             np.searchsorted(region.nodes, self.tets[region.tets]),
-                                             rest_scale=self.rest_scale[region.tets])
+            free = self.free_nodes(contact.nodes)
+            key = np.packbits(free).tobytes()
+            if key in self._sub_meshes:
+                self._sub_meshes.move_to_end(key)
+                region, elasticity = self._sub_meshes[key]
+                self.sub_mesh_reuses += 1
+            else:
+                region = self._region_of(free)
+                elasticity = CorotatedElasticity(self.rest[region.nodes],
+                                                 np.searchsorted(region.nodes, self.tets[region.tets]),
+                                                 rest_scale=self.rest_scale[region.tets])
+                self._sub_meshes[key] = (region, elasticity)
+                if len(self._sub_meshes) > KEPT_SUB_MESHES:
+                    self._sub_meshes.popitem(last=False)
+                self.sub_mesh_builds += 1
             self._sub_mesh = (contact, region, elasticity)
         return region, elasticity
 
