@@ -66,17 +66,12 @@ from numba import njit, prange
 
 from .active_stiffening import stiffening_and_slope
 from .corotated import (
-    _PAIR_FIRST,
-    _PAIR_SECOND,
     CorotatedElasticity,
     TetMaterial,
-    _cofactor,
-    _det3,
     _deformation_gradient,
-    _matmul3,
-    _rotation_variant_svd,
     _singular_value_pair_sum,
 )
+from .matrix3 import PAIR_FIRST, PAIR_SECOND, cofactor3, det3, matmul3, rotation_variant_svd3
 
 # Activation vector index → (row, column) of S, as activation.py: xx, yy, zz, yz, xz, xy.
 _ENTRY_ROW = (0, 1, 2, 1, 0, 0)
@@ -99,19 +94,19 @@ def _project_to_vector(A, k):
 def _activation_element(F, S, weight, mu, lam, compute_gradient, compute_block, g, M):
     """Fill g (6,) = ∂E/∂a and M (9,6) = ∂(∂E/∂F)/∂a of one tet's active term (overwrites)."""
     FS = np.empty((3, 3))
-    _matmul3(F, S, FS)
+    matmul3(F, S, FS)
     U, sigma, V = np.empty((3, 3)), np.empty(3), np.empty((3, 3))
-    _rotation_variant_svd(FS, U, sigma, V)
+    rotation_variant_svd3(FS, U, sigma, V)
     rotation = np.empty((3, 3))
-    _matmul3(U, V.T, rotation)
-    cofactor_S = _cofactor(S)
-    volume_change = _det3(F) - _det3(S)
+    matmul3(U, V.T, rotation)
+    cofactor_S = cofactor3(S)
+    volume_change = det3(F) - det3(S)
     stiffening, slope = stiffening_and_slope(S)
     mu_w, lam_w = 2.0 * mu * stiffening * weight, 2.0 * lam * weight
     # k(S) varies with the activation: ∂k/∂S = 2 (dk/dq) (S − I) multiplies μ w ‖F − R S‖² in
     # ∂E/∂S and 2 μ w (F − R S) in the mixed block.
     residual = np.empty((3, 3))
-    _matmul3(rotation, S, residual)
+    matmul3(rotation, S, residual)
     squared_residual = 0.0
     for a in range(3):
         for b in range(3):
@@ -123,7 +118,7 @@ def _activation_element(F, S, weight, mu, lam, compute_gradient, compute_block, 
             stiffening_gradient[a, b] = 2.0 * slope * (S[a, b] - (1.0 if a == b else 0.0))
     if compute_gradient:
         FtR = np.empty((3, 3))
-        _matmul3(F.T, rotation, FtR)
+        matmul3(F.T, rotation, FtR)
         # ∂E/∂S = μw·2(S − FᵀR) − λw·2(J − det S) cof S; ⟨·, E_k⟩ symmetrises FᵀR.
         gradient_S = np.empty((3, 3))
         for a in range(3):
@@ -133,7 +128,7 @@ def _activation_element(F, S, weight, mu, lam, compute_gradient, compute_block, 
         for k in range(6):
             g[k] = _project_to_vector(gradient_S, k)
     if compute_block:
-        cofactor_F = _cofactor(F)
+        cofactor_F = cofactor3(F)
         for k in range(6):
             r, c = _ENTRY_ROW[k], _ENTRY_COLUMN[k]
             volume_coupling = lam_w * _project_to_vector(cofactor_S, k)
@@ -150,12 +145,12 @@ def _activation_element(F, S, weight, mu, lam, compute_gradient, compute_block, 
                                        + stiffening_coupling * residual[a, b])
         twist, direction, pulled_back = np.empty((3, 3)), np.empty((3, 3)), np.empty((3, 3))
         for p in range(3):
-            i, j = _PAIR_FIRST[p], _PAIR_SECOND[p]
+            i, j = PAIR_FIRST[p], PAIR_SECOND[p]
             for a in range(3):
                 for b in range(3):
                     twist[a, b] = U[a, i] * V[b, j] - U[a, j] * V[b, i]
-            _matmul3(twist, S, direction)            # A_p S: the change of R S per unit twist
-            _matmul3(F.T, twist, pulled_back)        # Fᵀ A_p: ⟨A_p, F E_k⟩ = ⟨Fᵀ A_p, E_k⟩
+            matmul3(twist, S, direction)            # A_p S: the change of R S per unit twist
+            matmul3(F.T, twist, pulled_back)        # Fᵀ A_p: ⟨A_p, F E_k⟩ = ⟨Fᵀ A_p, E_k⟩
             scale = mu_w / _singular_value_pair_sum(sigma, i, j)
             for k in range(6):
                 coefficient = scale * _project_to_vector(pulled_back, k)

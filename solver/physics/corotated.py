@@ -69,6 +69,7 @@ import scipy.sparse
 from numba import njit, prange
 
 from .active_stiffening import stiffening_and_slope
+from .matrix3 import PAIR_FIRST, PAIR_SECOND, cofactor3, det3, matmul3, rotation_variant_svd3, symmetric_eigen3
 
 # The stiffness unit of the Phace defaults μ = 1, λ = 3 (docs/physics.md): 1 kPa.
 STIFFNESS_UNIT_PA = 1000.0
@@ -82,128 +83,9 @@ _MIN_SINGULAR_VALUE_SUM = 1e-8
 # energy is the min-over-rotations form only for symmetric S; rounding in Q Λ Qᵀ is ~1e-16.
 _ACTIVATION_SYMMETRY_TOLERANCE = 1e-9
 
-# The three index pairs (i, j), i < j, of the polar-rotation derivative.
-_PAIR_FIRST = (0, 0, 1)
-_PAIR_SECOND = (1, 2, 2)
-
 
 # ----------------------------------------------------------------------------- one element
-# Small fixed-size linear algebra is written out: numba's `@` and np.linalg on 3×3 matrices
-# call BLAS/LAPACK with per-call overheads that dominate at this size.
-
-
-@njit(cache=True)
-def _det3(A):
-    return (A[0, 0] * (A[1, 1] * A[2, 2] - A[1, 2] * A[2, 1])
-            - A[0, 1] * (A[1, 0] * A[2, 2] - A[1, 2] * A[2, 0])
-            + A[0, 2] * (A[1, 0] * A[2, 1] - A[1, 1] * A[2, 0]))
-
-
-@njit(cache=True)
-def _matmul3(A, B, out):
-    for a in range(3):
-        for b in range(3):
-            out[a, b] = A[a, 0] * B[0, b] + A[a, 1] * B[1, b] + A[a, 2] * B[2, b]
-
-
-@njit(cache=True)
-def _cofactor(F):
-    """∂ det F / ∂F, written with products of entries so it stays exact for singular F."""
-    cofactor = np.empty((3, 3))
-    for a in range(3):
-        a1, a2 = (a + 1) % 3, (a + 2) % 3
-        for b in range(3):
-            b1, b2 = (b + 1) % 3, (b + 2) % 3
-            cofactor[a, b] = F[a1, b1] * F[a2, b2] - F[a1, b2] * F[a2, b1]
-    return cofactor
-
-
-@njit(cache=True)
-def _symmetric_eigen_3x3(A, V):
-    """Cyclic Jacobi: diagonalise the symmetric A in place (eigenvalues on its diagonal,
-    descending) and return the eigenvectors as the columns of V, a proper rotation."""
-    for a in range(3):
-        for b in range(3):
-            V[a, b] = 1.0 if a == b else 0.0
-    scale = 0.0
-    for a in range(3):
-        for b in range(3):
-            scale += A[a, b] * A[a, b]
-    # Quadratic convergence: 3×3 matrices need 4–6 sweeps to reach rounding level.
-    for _ in range(12):
-        off_diagonal = A[0, 1] * A[0, 1] + A[0, 2] * A[0, 2] + A[1, 2] * A[1, 2]
-        if off_diagonal <= 1e-34 * scale:
-            break
-        for k in range(3):
-            p, q = _PAIR_FIRST[k], _PAIR_SECOND[k]
-            apq = A[p, q]
-            if apq == 0.0:
-                continue
-            theta = (A[q, q] - A[p, p]) / (2.0 * apq)
-            # t = tan of the rotation angle, the smaller root of t² + 2θt − 1 = 0.
-            if abs(theta) > 1e150:
-                t = 0.5 / theta
-            else:
-                t = 1.0 / (abs(theta) + math.sqrt(theta * theta + 1.0))
-                if theta < 0.0:
-                    t = -t
-            c = 1.0 / math.sqrt(t * t + 1.0)
-            s = t * c
-            A[p, p] -= t * apq
-            A[q, q] += t * apq
-            A[p, q] = A[q, p] = 0.0
-            r = 3 - p - q
-            arp, arq = A[r, p], A[r, q]
-            A[r, p] = A[p, r] = c * arp - s * arq
-            A[r, q] = A[q, r] = s * arp + c * arq
-            for a in range(3):
-                vap, vaq = V[a, p], V[a, q]
-                V[a, p] = c * vap - s * vaq
-                V[a, q] = s * vap + c * vaq
-    # Sort descending; a column swap is paired with a sign flip to keep det V = +1.
-    for first, second in ((0, 1), (1, 2), (0, 1)):
-        if A[first, first] < A[second, second]:
-            A[first, first], A[second, second] = A[second, second], A[first, first]
-            for a in range(3):
-                V[a, first], V[a, second] = V[a, second], -V[a, first]
-
-
-@njit(cache=True)
-def _rotation_variant_svd(M, U, sigma, V):
-    """M = U diag(σ) Vᵀ with U, V proper rotations, σ1 ≥ σ2 ≥ |σ3|, σ3 < 0 when det M < 0.
-
-    V diagonalises MᵀM (Jacobi); then M V = U R by Givens QR. The Givens rotations are proper
-    and leave R's first two diagonal entries non-negative, so R's diagonal is the signed σ
-    (R is diagonal up to rounding, as M V has orthogonal columns). Unlike singular values
-    read off MᵀM, σ from the QR step keep full accuracy for nearly flat tets.
-    """
-    gram = np.empty((3, 3))
-    for a in range(3):
-        for b in range(3):
-            gram[a, b] = M[0, a] * M[0, b] + M[1, a] * M[1, b] + M[2, a] * M[2, b]
-    _symmetric_eigen_3x3(gram, V)
-    B = np.empty((3, 3))
-    _matmul3(M, V, B)
-    for a in range(3):
-        for b in range(3):
-            U[a, b] = 1.0 if a == b else 0.0
-    # Zero B[1,0], B[2,0], B[2,1] with rotations of the rows (p, q); U accumulates them.
-    for p, q, column in ((0, 1, 0), (0, 2, 0), (1, 2, 1)):
-        x, y = B[p, column], B[q, column]
-        radius = math.hypot(x, y)
-        if radius == 0.0:
-            continue
-        c, s = x / radius, y / radius
-        for b in range(3):
-            bp, bq = B[p, b], B[q, b]
-            B[p, b] = c * bp + s * bq
-            B[q, b] = c * bq - s * bp
-        for a in range(3):
-            up, uq = U[a, p], U[a, q]
-            U[a, p] = c * up + s * uq
-            U[a, q] = c * uq - s * up
-    for i in range(3):
-        sigma[i] = B[i, i]
+# Small fixed-size linear algebra lives in matrix3.py.
 
 
 @njit(cache=True)
@@ -215,12 +97,12 @@ def _singular_value_pair_sum(sigma, i, j):
 def _add_corotational_term(F, S, coefficient, compute_gradient, compute_hessian, P, H):
     """Add coefficient·‖F − R(F S) S‖² to P (∂/∂F) and H (∂²/∂F²); return its value."""
     FS = np.empty((3, 3))
-    _matmul3(F, S, FS)
+    matmul3(F, S, FS)
     U, sigma, V = np.empty((3, 3)), np.empty(3), np.empty((3, 3))
-    _rotation_variant_svd(FS, U, sigma, V)
+    rotation_variant_svd3(FS, U, sigma, V)
     rotation, rotated_activation = np.empty((3, 3)), np.empty((3, 3))
-    _matmul3(U, V.T, rotation)
-    _matmul3(rotation, S, rotated_activation)
+    matmul3(U, V.T, rotation)
+    matmul3(rotation, S, rotated_activation)
     value = 0.0
     for a in range(3):
         for b in range(3):
@@ -233,11 +115,11 @@ def _add_corotational_term(F, S, coefficient, compute_gradient, compute_hessian,
             H[p, p] += 2.0 * coefficient
         twist, direction = np.empty((3, 3)), np.empty((3, 3))
         for k in range(3):
-            i, j = _PAIR_FIRST[k], _PAIR_SECOND[k]
+            i, j = PAIR_FIRST[k], PAIR_SECOND[k]
             for a in range(3):
                 for b in range(3):
                     twist[a, b] = U[a, i] * V[b, j] - U[a, j] * V[b, i]
-            _matmul3(twist, S, direction)
+            matmul3(twist, S, direction)
             flat = direction.reshape(9)
             scale = 2.0 * coefficient / _singular_value_pair_sum(sigma, i, j)
             for p in range(9):
@@ -323,12 +205,12 @@ def _general_element(F, S, passive_weight, active_weight, mu, lam,
         stiffening, _ = stiffening_and_slope(S)
         value += _add_corotational_term(F, S, mu * active_weight * stiffening,
                                         compute_gradient, compute_hessian, P, H)
-    volume_ratio = _det3(F)
+    volume_ratio = det3(F)
     passive_change = volume_ratio - 1.0
-    active_change = volume_ratio - _det3(S)
+    active_change = volume_ratio - det3(S)
     value += lam * (passive_weight * passive_change ** 2 + active_weight * active_change ** 2)
     if compute_gradient or compute_hessian:
-        cofactor = _cofactor(F)
+        cofactor = cofactor3(F)
         pressure = 2.0 * lam * (passive_weight * passive_change + active_weight * active_change)
         if compute_gradient:
             for a in range(3):
@@ -356,8 +238,8 @@ def _isotropic_element(F, weight, mu, lam, compute_gradient, compute_hessian, pr
     decomposing the 9×9.
     """
     U, sigma, V = np.empty((3, 3)), np.empty(3), np.empty((3, 3))
-    _rotation_variant_svd(F, U, sigma, V)
-    volume_ratio = _det3(F)
+    rotation_variant_svd3(F, U, sigma, V)
+    volume_ratio = det3(F)
     volume_change = volume_ratio - 1.0
     value = 0.0
     for a in range(3):
@@ -368,7 +250,7 @@ def _isotropic_element(F, weight, mu, lam, compute_gradient, compute_hessian, pr
                 P[a, b] += 2.0 * weight * mu * residual
     value = weight * (mu * value + lam * volume_change * volume_change)
     if compute_gradient:
-        cofactor = _cofactor(F)
+        cofactor = cofactor3(F)
         for a in range(3):
             for b in range(3):
                 P[a, b] += 2.0 * weight * lam * volume_change * cofactor[a, b]
@@ -383,7 +265,7 @@ def _isotropic_element(F, weight, mu, lam, compute_gradient, compute_hessian, pr
     pressure = 2.0 * lam * (singular_product - 1.0)
     pair_diagonal, pair_off_diagonal = np.empty(3), np.empty(3)
     for k in range(3):
-        i, j = _PAIR_FIRST[k], _PAIR_SECOND[k]
+        i, j = PAIR_FIRST[k], PAIR_SECOND[k]
         third = sigma[3 - i - j]
         twist_value = weight * (2.0 * mu * (1.0 - 2.0 / _singular_value_pair_sum(sigma, i, j)) + pressure * third)
         flip_value = weight * (2.0 * mu - pressure * third)
@@ -404,7 +286,7 @@ def _isotropic_element(F, weight, mu, lam, compute_gradient, compute_hessian, pr
                     sigma[j] * third * sigma[i] * third + (singular_product - 1.0) * third)
     if project:
         basis = np.empty((3, 3))
-        _symmetric_eigen_3x3(scaling, basis)
+        symmetric_eigen3(scaling, basis)
         clamped = np.empty((3, 3))
         for i in range(3):
             for j in range(3):
@@ -424,7 +306,7 @@ def _isotropic_element(F, weight, mu, lam, compute_gradient, compute_hessian, pr
     half = np.empty((9, 9))
     for p in range(9):
         for k in range(3):
-            ij, ji = 3 * _PAIR_FIRST[k] + _PAIR_SECOND[k], 3 * _PAIR_SECOND[k] + _PAIR_FIRST[k]
+            ij, ji = 3 * PAIR_FIRST[k] + PAIR_SECOND[k], 3 * PAIR_SECOND[k] + PAIR_FIRST[k]
             half[p, ij] = frame[p, ij] * pair_diagonal[k] + frame[p, ji] * pair_off_diagonal[k]
             half[p, ji] = frame[p, ji] * pair_diagonal[k] + frame[p, ij] * pair_off_diagonal[k]
         for j in range(3):

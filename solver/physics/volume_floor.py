@@ -36,13 +36,14 @@ import numpy as np
 import scipy.sparse
 from numba import njit
 
-from .corotated import CorotatedElasticity, _add_volume_hessian, _cofactor, _det3
+from .corotated import CorotatedElasticity, _add_volume_hessian
+from .matrix3 import cofactor3, det3
 
 
 @njit(cache=True)
 def _stacked_cofactors(F, out):
     for t in range(F.shape[0]):
-        out[t] = _cofactor(F[t])
+        out[t] = cofactor3(F[t])
 
 
 @njit(cache=True)
@@ -51,7 +52,7 @@ def _floor_hessians(F, slope, curvature, stiffness, out):
     volume-term kernel, with the floor's coefficients)."""
     for t in range(F.shape[0]):
         if slope[t] != 0.0:
-            _add_volume_hessian(F[t], _cofactor(F[t]), stiffness[t] * curvature[t], stiffness[t] * slope[t], out[t])
+            _add_volume_hessian(F[t], cofactor3(F[t]), stiffness[t] * curvature[t], stiffness[t] * slope[t], out[t])
 
 
 # Where the barrier hands over to its quadratic continuation, as a share of the floor J₀.
@@ -126,7 +127,7 @@ def _volume_ratios(x, tets, shape_gradients, ratios):
                 for n in range(4):
                     total += x[tets[t, n], c] * shape_gradients[t, n, b]
                 F[c, b] = total
-        ratios[t] = _det3(F)
+        ratios[t] = det3(F)
 
 
 def _per_element(stiffness, count: int) -> np.ndarray:
