@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from solver.physics.cholesky import SparseCholesky
-from solver.volumetric_blendshapes.element_kernels import polar_rotation, rotation_variant_svd, unit_volume_singular_values
+from solver.volumetric_blendshapes.element_kernels import (polar_rotation, projections, rotation_variant_svd,
+                                                          unit_volume_singular_values, weighted_projections)
 from solver.volumetric_blendshapes.energies import TetMesh, VolumetricBlendshapeEnergy
 from solver.volumetric_blendshapes.projective_dynamics import ProjectiveDynamics, model_fixed_nodes, newton_solve
 from solver.volumetric_blendshapes.targets import (VolumetricBlendshapes, quaternion_to_rotation,
@@ -51,17 +52,49 @@ def test_quaternions_round_trip_and_blending_reproduces_each_shape():
     assert np.abs(rotation @ rotation.transpose(0, 2, 1) - np.eye(3)).max() < 1e-12
 
 
+def test_rotation_variant_svd_reconstructs_with_proper_rotations():
+    rng = np.random.default_rng(7)
+    F = np.eye(3) + 0.6 * rng.standard_normal((500, 3, 3))
+    F[0], F[1] = np.eye(3), np.diag([2.0, 1e-9, 1.0])               # repeated and nearly zero singular values
+    U, sigma, V = rotation_variant_svd(F)
+    assert np.abs(np.einsum("mik,mk,mjk->mij", U, sigma, V) - F).max() < 1e-13
+    assert np.abs(np.linalg.det(U) - 1.0).max() < 1e-12 and np.abs(np.linalg.det(V) - 1.0).max() < 1e-12
+    assert np.all(sigma[:, 0] >= sigma[:, 1]) and np.all(sigma[:, 1] >= np.abs(sigma[:, 2]) - 1e-15)
+    assert np.all(np.sign(sigma[:, 2]) == np.sign(np.linalg.det(F)))
+
+
 def test_unit_volume_projection_is_the_closest_unit_determinant():
     rng = np.random.default_rng(2)
-    F = np.eye(3) + 0.4 * rng.standard_normal((300, 3, 3))
+    F = np.eye(3) + 0.6 * rng.standard_normal((3000, 3, 3))      # many inverted, some past the fold
     _, sigma, _ = rotation_variant_svd(F)
-    s, _ = unit_volume_singular_values(sigma)
+    # Π σ just above 1 with a small σ_min: the root sits next to the fold of the path, where
+    # Newton alone creeps (the compiled search falls back to bisection there).
+    sigma = np.concatenate([sigma, [[2.42388417, 1.48138364, 0.58890976], [1.0, 1.0, 1.0], [3.0, 2.0, 1e-6]]])
+    s, nu = unit_volume_singular_values(sigma)
     assert np.abs(np.prod(s, axis=1) - 1.0).max() < 1e-12
+    assert np.all(s > 0.0)
+    # Stationarity of ||s − σ||² on Π s = 1: s_i − σ_i + ν / s_i = 0 with one ν per tet.
+    assert np.abs(s - sigma + nu[:, None] / s).max() < 1e-9
+    assert np.abs(s[-2] - 1.0).max() < 1e-15
     # No point of the unit-determinant set near s is closer to σ (random feasible perturbations).
     for _ in range(20):
         trial = s * np.exp(0.05 * rng.standard_normal(s.shape))
         trial /= np.cbrt(np.prod(trial, axis=1))[:, None]
         assert np.all(np.sum((trial - sigma) ** 2, axis=1) >= np.sum((s - sigma) ** 2, axis=1) - 1e-14)
+
+
+def test_the_local_step_shares_one_svd_between_arap_and_volume():
+    rng = np.random.default_rng(4)
+    F = np.eye(3) + 0.3 * rng.standard_normal((400, 3, 3))
+    a, b = rng.uniform(0.0, 2.0, 400), rng.uniform(0.0, 2.0, 400)
+    together = weighted_projections(F, a, b)
+    apart = a[:, None, None] * projections("arap", F) + b[:, None, None] * projections("volume", F)
+    assert np.abs(together - apart).max() < 1e-13
+    # ARAP's projection is the polar rotation, checked against LAPACK's SVD.
+    W, _, Zt = np.linalg.svd(F)
+    D = np.ones((400, 3))
+    D[:, 2] = np.sign(np.linalg.det(W @ Zt))
+    assert np.abs(projections("arap", F) - np.einsum("mik,mk,mkj->mij", W, D, Zt)).max() < 1e-12
 
 
 def test_projective_dynamics_reaches_newtons_equilibrium():

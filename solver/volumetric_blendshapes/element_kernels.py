@@ -13,7 +13,12 @@ Gradients are dψ/dF (M,3,3), Hessians d²ψ/dF² (M,9,9) with vec(F) row-major 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit, prange
+
+from ..physics.matrix3 import rotation_variant_svd3
 
 # Below this gap between two singular values the pair block uses its limit (ψ_ii − ψ_ij),
 # because the quotient (ψ_i − ψ_j)/(σ_i − σ_j) loses all digits there.
@@ -23,17 +28,16 @@ PAIRS = ((0, 1), (0, 2), (1, 2))
 
 def rotation_variant_svd(F: np.ndarray):
     """U, σ, V with F = U diag(σ) Vᵀ, U and V rotations, σ₁ ≥ σ₂ ≥ |σ₃| (σ₃ < 0 when det F < 0)."""
-    U, sigma, Vt = np.linalg.svd(F)
-    V = Vt.transpose(0, 2, 1).copy()
-    U = U.copy()
-    sigma = sigma.copy()
-    flip_u = np.linalg.det(U) < 0.0
-    U[flip_u, :, 2] *= -1.0
-    sigma[flip_u, 2] *= -1.0
-    flip_v = np.linalg.det(V) < 0.0
-    V[flip_v, :, 2] *= -1.0
-    sigma[flip_v, 2] *= -1.0
+    F = np.ascontiguousarray(F, dtype=np.float64).reshape(-1, 3, 3)
+    U, sigma, V = np.empty_like(F), np.empty((len(F), 3)), np.empty_like(F)
+    _svd_kernel(F, U, sigma, V)
     return U, sigma, V
+
+
+@njit(cache=True, parallel=True)
+def _svd_kernel(F, U, sigma, V):
+    for t in prange(len(F)):
+        rotation_variant_svd3(F[t], U[t], sigma[t], V[t])
 
 
 def polar_rotation(F: np.ndarray) -> np.ndarray:
@@ -42,58 +46,92 @@ def polar_rotation(F: np.ndarray) -> np.ndarray:
     return U @ V.transpose(0, 2, 1)
 
 
-def unit_volume_singular_values(sigma: np.ndarray, iterations: int = 40):
-    """s (M,3) closest to σ with s₁s₂s₃ = 1 (on the positive sheet), and the multiplier ν.
+@njit(cache=True)
+def _on_unit_volume_path(sigma, fold, smallest, t, s):
+    """s(t) on the stationarity path of unit_volume_singular_values; returns ν(t)."""
+    past = t > fold
+    nu = 2.0 * fold - t if past else t
+    for i in range(3):
+        root = math.sqrt(max(sigma[i] * sigma[i] - 4.0 * nu, 0.0))
+        s[i] = 0.5 * (sigma[i] - root) if (past and i == smallest) else 0.5 * (sigma[i] + root)
+    return nu
+
+
+@njit(cache=True)
+def _unit_volume_point(sigma, s):
+    """s closest to σ (3,) with s₁s₂s₃ = 1, written into s; returns the multiplier ν."""
+    smallest = 0
+    for i in range(1, 3):
+        if sigma[i] < sigma[smallest]:
+            smallest = i
+    fold = 0.25 * sigma[smallest] ** 2 if sigma[smallest] > 0.0 else 0.0
+    lower = -1.0
+    for _ in range(200):          # widen the bracket until the product is at least 1
+        _on_unit_volume_path(sigma, fold, smallest, lower, s)
+        if s[0] * s[1] * s[2] >= 1.0:
+            break
+        lower *= 4.0
+    upper = 2.0 * fold
+    # Start at ν = 0 (s = σ), the answer for a tet that keeps its volume, when it is inside.
+    t = 0.0 if upper > 0.0 else 0.5 * (lower + upper)
+    last_step = np.inf
+    for _ in range(200):
+        _on_unit_volume_path(sigma, fold, smallest, t, s)
+        product = s[0] * s[1] * s[2]
+        if product > 0.0 and abs(math.log(product)) <= 1e-15:
+            break
+        if product > 1.0:
+            lower = t
+        else:
+            upper = t
+        if upper - lower <= 4e-16 * max(abs(lower), abs(upper)):
+            break
+        # Newton on Σ log s_i(t) = 0 where it stays inside the bracket and its steps at least
+        # halve; bisection otherwise (near the fold the path has a square-root kink, where
+        # Newton alone creeps).
+        following = 0.5 * (lower + upper)
+        if product > 0.0:
+            past = t > fold
+            slope = 0.0
+            for i in range(3):
+                branch = -1.0 if (past and i == smallest) else 1.0
+                slope -= branch / max(abs(2.0 * s[i] - sigma[i]), 1e-300) / s[i]    # ∂ log s_i / ∂ν
+            if past:
+                slope = -slope
+            if slope < 0.0:
+                newton = t - math.log(product) / slope
+                if lower < newton < upper and abs(newton - t) <= 0.5 * last_step:
+                    following = newton
+        last_step = abs(following - t)
+        t = following
+    nu = _on_unit_volume_path(sigma, fold, smallest, t, s)
+    # Polish: s ← s / (Π s)^(1/3) is a negligible move at this accuracy that makes Π s = 1 exact.
+    scale = np.cbrt(s[0] * s[1] * s[2])
+    for i in range(3):
+        s[i] /= scale
+    return nu
+
+
+@njit(cache=True, parallel=True)
+def _unit_volume_kernel(sigma, s, nu):
+    for t in prange(len(sigma)):
+        nu[t] = _unit_volume_point(sigma[t], s[t])
+
+
+def unit_volume_singular_values(sigma: np.ndarray):
+    """s (M,3) closest to σ with s₁s₂s₃ = 1 (on the positive sheet), and the multiplier ν (M,).
 
     Stationarity s_i − σ_i + ν/s_i = 0 gives s_i = (σ_i ± √(σ_i² − 4ν))/2. Outside the convex set
     Π s ≥ 1 (Π σ < 1, inverted tets included) the root has ν < 0 and every s_i takes the + root;
     inside, ν > 0 grows to σ_min²/4 and then, if the product is still above 1, comes back with the
     smallest singular value on the − root. One parameter t walks that whole path (ν = t, then
-    ν = 2ν_max − t past the fold) while Σ log s_i falls from +∞ to −∞; bisection on t brackets it,
-    Newton finishes it.
+    ν = 2ν_max − t past the fold) while Σ log s_i falls from +∞ to −∞; a bracket on t, narrowed by
+    Newton steps that stay inside it and bisection otherwise, finds the root.
     """
-    count = len(sigma)
-    positive = np.all(sigma > 0.0, axis=1)
-    fold = np.where(positive, 0.25 * np.min(sigma, axis=1) ** 2, 0.0)
-    smallest = np.argmin(sigma, axis=1)
-    minus_sign = np.zeros((count, 3))
-    minus_sign[np.arange(count), smallest] = 1.0
-
-    def at(t):
-        past = t > fold
-        nu = np.where(past, 2.0 * fold - t, t)
-        root = np.sqrt(np.maximum(sigma ** 2 - 4.0 * nu[:, None], 0.0))
-        sign = np.where(past[:, None] & (minus_sign > 0.0), -1.0, 1.0)
-        return 0.5 * (sigma + sign * root), nu
-
-    lower = -np.ones(count)
-    for _ in range(200):          # widen the bracket until the product is above 1
-        short = np.sum(np.log(at(lower)[0]), axis=1) < 0.0
-        if not short.any():
-            break
-        lower[short] *= 4.0
-    upper = 2.0 * fold
-    for _ in range(iterations):
-        middle = 0.5 * (lower + upper)
-        s, _ = at(middle)
-        with np.errstate(divide="ignore"):
-            above = np.sum(np.log(np.maximum(s, 0.0)), axis=1) > 0.0
-        lower = np.where(above, middle, lower)
-        upper = np.where(above, upper, middle)
-    t = 0.5 * (lower + upper)
-    for _ in range(3):            # Newton on the bracketed root: the last digits at quadratic speed
-        s, nu = at(t)
-        past = t > fold
-        root = np.maximum(np.abs(2.0 * s - sigma), 1e-300)                 # √(σ² − 4ν)
-        branch = np.where(past[:, None] & (minus_sign > 0.0), -1.0, 1.0)
-        ds_dnu = -branch / root
-        slope = np.sum(ds_dnu / s, axis=1) * np.where(past, -1.0, 1.0)
-        value = np.sum(np.log(np.maximum(s, 1e-300)), axis=1)
-        step = t - value / np.where(slope < 0.0, slope, -1.0)
-        t = np.where((step > lower) & (step < upper) & (slope < 0.0), step, t)
-    s, nu = at(t)
-    # Polish: s ← s / (Π s)^(1/3) is a negligible move at this accuracy that makes Π s = 1 exact.
-    return s / np.cbrt(np.prod(s, axis=1))[:, None], nu
+    sigma = np.ascontiguousarray(sigma, dtype=np.float64).reshape(-1, 3)
+    s, nu = np.empty_like(sigma), np.empty(len(sigma))
+    _unit_volume_kernel(sigma, s, nu)
+    return s, nu
 
 
 def _arap_sigma_derivatives(sigma):
@@ -168,8 +206,31 @@ def target_element(F: np.ndarray, target: np.ndarray, weight: np.ndarray, comput
 
 def projections(kind: str, F: np.ndarray) -> np.ndarray:
     """P(F) (M,3,3), the local step of Projective Dynamics, for kind 'arap' or 'volume'."""
-    U, sigma, V = rotation_variant_svd(F)
-    if kind == "arap":
-        return U @ V.transpose(0, 2, 1)
-    s, _ = unit_volume_singular_values(sigma)
-    return np.einsum("mik,mk,mjk->mij", U, s, V)
+    F = np.ascontiguousarray(F, dtype=np.float64)
+    ones, zeros = np.ones(len(F)), np.zeros(len(F))
+    return weighted_projections(F, ones, zeros) if kind == "arap" else weighted_projections(F, zeros, ones)
+
+
+def weighted_projections(F: np.ndarray, arap_weight: np.ndarray, volume_weight: np.ndarray) -> np.ndarray:
+    """a_t R(F_t) + b_t P_vol(F_t) (M,3,3) from one SVD per tet: the local step of the ARAP and
+    volume terms together."""
+    F = np.ascontiguousarray(F, dtype=np.float64)
+    out = np.empty_like(F)
+    _weighted_projections_kernel(F, np.ascontiguousarray(arap_weight, dtype=np.float64),
+                                 np.ascontiguousarray(volume_weight, dtype=np.float64), out)
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _weighted_projections_kernel(F, arap_weight, volume_weight, out):
+    for t in prange(len(F)):
+        U, sigma, V, s = np.empty((3, 3)), np.empty(3), np.empty((3, 3)), np.ones(3)
+        rotation_variant_svd3(F[t], U, sigma, V)
+        if volume_weight[t] != 0.0:
+            _unit_volume_point(sigma, s)
+        scale = np.empty(3)
+        for i in range(3):
+            scale[i] = arap_weight[t] + volume_weight[t] * s[i]
+        for a in range(3):
+            for b in range(3):
+                out[t, a, b] = U[a, 0] * scale[0] * V[b, 0] + U[a, 1] * scale[1] * V[b, 1] + U[a, 2] * scale[2] * V[b, 2]

@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 import scipy.sparse
+from numba import njit, prange
 
 from . import element_kernels
 
@@ -28,6 +29,25 @@ def shape_gradients(rest_positions: np.ndarray, tets: np.ndarray):
     inverse = np.linalg.inv(edges)                              # rows: ∂F/∂(node 1..3)
     gradients = np.concatenate([-inverse.sum(axis=1, keepdims=True), inverse], axis=1)
     return gradients, volumes
+
+
+@njit(cache=True, parallel=True)
+def _deformation_gradients_kernel(x, tets, G, F):
+    for t in prange(len(tets)):
+        for i in range(3):
+            for j in range(3):
+                F[t, i, j] = (x[tets[t, 0], i] * G[t, 0, j] + x[tets[t, 1], i] * G[t, 1, j]
+                              + x[tets[t, 2], i] * G[t, 2, j] + x[tets[t, 3], i] * G[t, 3, j])
+
+
+@njit(cache=True)
+def _scatter_stress_kernel(tets, G, stress, out):
+    # One thread: tets share nodes, and this pass is a few ms against the projections' tens.
+    for t in range(len(tets)):
+        for a in range(4):
+            node = tets[t, a]
+            for i in range(3):
+                out[node, i] += stress[t, i, 0] * G[t, a, 0] + stress[t, i, 1] * G[t, a, 1] + stress[t, i, 2] * G[t, a, 2]
 
 
 class TetMesh:
@@ -50,15 +70,19 @@ class TetMesh:
         return x.reshape(-1, 3)
 
     def deformation_gradients(self, x) -> np.ndarray:
-        nodes = self.positions(x)[self.tets]                    # (M,4,3)
-        return np.einsum("mai,maj->mij", nodes, self.shape_gradients)
+        F = np.empty((len(self.tets), 3, 3))
+        _deformation_gradients_kernel(np.ascontiguousarray(self.positions(x)), self.tets, self.shape_gradients, F)
+        return F
 
     def gradient_to_nodes(self, stress: np.ndarray) -> np.ndarray:
         """(3N,) Σ_t ∂E/∂x from dE/dF_t (M,3,3)."""
-        per_node = np.einsum("mij,maj->mai", stress, self.shape_gradients)   # (M,4,3)
-        gradient = np.zeros((self.node_count, 3))
-        np.add.at(gradient, self.tets, per_node)
-        return gradient.reshape(-1)
+        return self.stress_to_nodes(stress).reshape(-1)
+
+    def stress_to_nodes(self, stress: np.ndarray) -> np.ndarray:
+        """(N,3) Σ_t P_t G_tᵀ scattered to the tets' nodes, for per-tet matrices P_t (M,3,3)."""
+        per_node = np.zeros((self.node_count, 3))
+        _scatter_stress_kernel(self.tets, self.shape_gradients, np.ascontiguousarray(stress, dtype=np.float64), per_node)
+        return per_node
 
     def hessian_to_nodes(self, hessians: np.ndarray) -> scipy.sparse.csr_matrix:
         """(3N,3N) from d²E/dF² (M,9,9): ∂F_ij/∂x_{a,k} = δ_ik G_aj."""

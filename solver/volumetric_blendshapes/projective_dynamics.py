@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse
 
 from ..physics.cholesky import SparseCholesky
+from .element_kernels import weighted_projections
 from .energies import TetMesh, TetProjectiveTerm
 
 
@@ -96,10 +97,17 @@ class ProjectiveDynamics:
         return total + (self.attachment.energy(x) if self.attachment is not None else 0.0)
 
     def _right_hand_side(self, x: np.ndarray) -> np.ndarray:
-        projected = sum(term.coefficient[:, None, None] * term.projection(x) for term in self.terms)
-        per_node = 2.0 * np.einsum("maj,mij->mai", self.mesh.shape_gradients, projected)   # (M,4,3)
-        rhs = np.zeros((self.mesh.node_count, 3))
-        np.add.at(rhs, self.mesh.tets, per_node)
+        """2 Σ_t c_t P_t(x) G_tᵀ per node: the ARAP and volume projections share one SVD per tet
+        (element_kernels.weighted_projections), the targets are constants."""
+        weights = {"arap": np.zeros(len(self.mesh.tets)), "volume": np.zeros(len(self.mesh.tets))}
+        for term in self.terms:
+            if term.kind in weights:
+                weights[term.kind] += term.coefficient
+        projected = weighted_projections(self.mesh.deformation_gradients(x), weights["arap"], weights["volume"])
+        for term in self.terms:
+            if term.kind == "target":
+                projected += term.coefficient[:, None, None] * term.target
+        rhs = 2.0 * self.mesh.stress_to_nodes(projected)
         if self.attachment is not None:
             rhs += 2.0 * self.attachment.stiffness * (self.attachment.matrix.T @ self.attachment.positions)
         return rhs
