@@ -128,11 +128,25 @@ def test_the_skin_filter_shows_the_same_skin_on_either_back_end(monkeypatch):
     simulated = vertices.copy()
     simulated[:, 2] = 0.0015 * np.clip((x - 0.015) / 0.001, 0.0, 1.0)        # a kink finer than the kernel
     simulated[:, 0] -= 0.02 * np.sin(x * 300.0) * np.exp(-((vertices[:, 1] - 0.015) / 0.006) ** 2)
+    slot = np.isclose(x, 0.02)
+    simulated[slot, 2] = 0.003
+
+    def keep_out(positions):
+        """A wall at z = 3 mm along a one-vertex-wide slot, which a smoothed push cannot clear."""
+        offending = slot & (positions[:, 2] < 0.003 - 1e-9)
+        moved = positions.copy()
+        moved[offending, 2] = 0.003
+        return offending, moved
+
     shown = {}
     for backend in BACKENDS:
         backend_name.cache_clear()
         monkeypatch.setenv(BACKEND_VARIABLE, backend)
-        result = SkinFilter(vertices, triangles, width_m=0.004).apply(simulated, vertices)
-        shown[backend] = (result.skin, result.guarded)
+        skin_filter = SkinFilter(vertices, triangles, width_m=0.004)
+        result, held = skin_filter.apply(simulated, vertices), skin_filter.apply(simulated, vertices, keep_out)
+        shown[backend] = (result.skin, result.guarded, held.skin, held.pinned)
     assert shown[SCIKIT_SPARSE][1] == shown[CHOLESPY][1]
     assert np.abs(shown[SCIKIT_SPARSE][0] - shown[CHOLESPY][0]).max() < 1e-12
+    # Pinning: scikit-sparse updates a copy of the factor, cholespy factorises again.
+    assert shown[SCIKIT_SPARSE][3] == shown[CHOLESPY][3] > 0
+    assert np.abs(shown[SCIKIT_SPARSE][2] - shown[CHOLESPY][2]).max() < 1e-12
