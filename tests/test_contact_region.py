@@ -226,3 +226,32 @@ def test_a_region_freed_again_reuses_its_sub_mesh(slab):
     for index in range(KEPT_SUB_MESHES):           # as many new regions as are kept push out the first
         contact_region.sub_mesh(SimpleNamespace(nodes=tets[20 + 7 * index]))
     assert contact_region.sub_mesh(SimpleNamespace(nodes=tets[10]))[1] is not elasticity
+
+
+def test_the_sub_mesh_keeps_its_constraints_and_repins_the_held_nodes(slab):
+    """Relaxations of one sub-mesh share one BoneConstraints (and its Pᵀ H P pattern); each
+    re-pins the held nodes where x has them, exactly as constraints made afresh would."""
+    from types import SimpleNamespace
+    model, centre = slab
+    simulator = FaceSimulator(model, collisions=ColliderSet([pressing(centre)]))
+    contact_region = ContactRegion(model, simulator.elasticity, simulator.skin_embedding)
+    seeds = np.asarray(model["tets"])[10]
+    region, elasticity = contact_region.sub_mesh(SimpleNamespace(nodes=seeds))
+    skull = np.eye(4)
+    skull[:3, :3] = Rotation.from_rotvec([0.05, 0.1, -0.02]).as_matrix()
+    skull[:3, 3] = [0.002, 0.01, -0.004]
+    kept_before = None
+    for seed in (3, 4):
+        x = simulator.positions + 1e-3 * np.random.default_rng(seed).normal(size=simulator.positions.shape)
+        kept = contact_region.constraints(region, x, skull, np.eye(4))
+        fresh = contact_region.constraints(contact_region.region(seeds), x, skull, np.eye(4))
+        assert kept is not fresh and (kept_before is None or kept is kept_before)
+        np.testing.assert_array_equal(kept.c, fresh.c)
+        assert (kept.P != fresh.P).nnz == 0
+        hessian = elasticity.energy_gradient_hessian(x.reshape(-1, 3)[region.nodes].reshape(-1),
+                                                     simulator.neutral_material.restricted_to(region.tets))[2]
+        np.testing.assert_array_equal(kept.reduce_hessian(hessian).toarray(), fresh.reduce_hessian(hessian).toarray())
+        reduction = kept._hessian_reduction
+        kept_before = kept
+    kept.reduce_hessian(hessian)
+    assert kept._hessian_reduction is reduction

@@ -59,7 +59,7 @@ class BoneConstraints:
     """
 
     def __init__(self, model: dict):
-        rest = np.asarray(model["rest_positions"], dtype=float)
+        rest = np.array(model["rest_positions"], dtype=float)      # its own: `repin` writes into it
         node_count = len(rest)
         pin_nodes = np.asarray(model["pin_nodes"], dtype=np.int64)
         pin_bone = np.asarray(model["pin_bone"], dtype=np.int64)
@@ -156,6 +156,15 @@ class BoneConstraints:
         self.c = offset.ravel()
         self.skull_transform, self.jaw_transform = transforms
         return self.P, self.c
+
+    def repin(self, nodes: np.ndarray, rest_positions: np.ndarray) -> None:
+        """Pin the given pinned nodes at new rest places (bone-local), keeping everything that
+        depends only on which nodes are pinned or sliding: P's pattern and the Pᵀ H P reduction.
+        Takes effect at the next `use_frame` / `reduction`."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if np.any(self.dofs_per_node[nodes] != PINNED_DOFS):
+            raise ValueError("repin: only pinned nodes can be given new rest places")
+        self.rest_positions[nodes] = np.asarray(rest_positions, dtype=float).reshape(len(nodes), 3)
 
     def use_frame(self, skull_transform: np.ndarray | None, jaw_transform: np.ndarray | None):
         """Move to the frame of the given bone transforms; with neither given, keep the current
