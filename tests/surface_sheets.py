@@ -13,3 +13,17 @@ def grid_sheet(n: int, spacing: float) -> tuple[np.ndarray, np.ndarray]:
     a, b, c, d = corner, corner + 1, corner + 1 + n, corner + n
     triangles = np.stack([np.stack([a, b, c], axis=1), np.stack([a, c, d], axis=1)], axis=1).reshape(-1, 3)
     return vertices, triangles
+
+
+def slot_wall(vertices: np.ndarray, x: float = 0.02, height: float = 0.003):
+    """A wall at z = `height` along the one-vertex-wide column of the sheet at `x`: a collider a
+    smoothed push cannot clear, so the skin filter has to pin there. Returns (slot (V,) bool,
+    keep_out) in the skin filter's keep_out form."""
+    slot = np.isclose(vertices[:, 0], x)
+
+    def keep_out(positions):
+        offending = slot & (positions[:, 2] < height - 1e-9)
+        moved = positions.copy()
+        moved[offending, 2] = height
+        return offending, moved
+    return slot, keep_out

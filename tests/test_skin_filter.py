@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from surface_sheets import grid_sheet
+from surface_sheets import grid_sheet, slot_wall
 
 from solver.geometry.bends import SkinBends
 from solver.physics.skin_filter import WIDTH_PER_MOUTH_SPACING, SkinFilter, default_width
@@ -89,17 +89,9 @@ def test_vertices_a_push_cannot_clear_are_pinned_on_the_collider(sheet):
     """A one-vertex-wide slot in the wall: the smoothed push cannot reach into it, so the vertices
     there are pinned onto its surface, exactly."""
     vertices, triangles, skin_filter = sheet
-    x = vertices[:, 0]
-    slot = np.isclose(x, 0.02)
+    slot, keep_out = slot_wall(vertices)
     simulated = vertices.copy()
     simulated[slot, 2] = 0.003
-
-    def keep_out(positions):
-        offending = slot & (positions[:, 2] < 0.003 - 1e-9)
-        moved = positions.copy()
-        moved[offending, 2] = 0.003
-        return offending, moved
-
     result = skin_filter.apply(simulated, vertices, keep_out)
     assert not keep_out(result.skin)[0].any()
     assert result.pinned > 0 and result.unfiltered == 0

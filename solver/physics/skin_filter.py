@@ -22,7 +22,9 @@ mouth corners, with deviations of 0.2–3 mm; measured on the rig frame, 10 (doc
 A triangle squashed below SQUASHED_AREA_FLOOR of its rest area counts as that large, which keeps
 its stiffness finite and the plate positive semi-definite (a triangle's part is the Gram matrix of
 its edges over four times its area). The pattern of the matrix is the mesh's; CHOLMOD analyses it
-once per filter and refactorises each frame's values (~0.06 s on ICT's 14,062 skin vertices).
+once per filter and factorises each frame's values once (~0.06 s on ICT's 14,062 skin vertices);
+the pins and the fold guard below add low-rank terms, which update copies of that factor where
+the back end can (scikit-sparse) and are factorised afresh where it cannot (cholespy).
 
 The smoothing is geodesic, so the two lips (joined only around the mouth's inside) and the eyelids
 are smoothed apart. A deviation of zero stays zero — a key played at weight 1 is shown exactly as
@@ -161,7 +163,9 @@ class SkinFilter:
         the fold guard holds the deviation flat there and filters again."""
         skin, rig = np.asarray(skin, dtype=np.float64), np.asarray(rig, dtype=np.float64)
         plate = self._plate(rig)
-        shown = self._kept_out(skin, rig, plate, keep_out)
+        self._cholesky.factorise(self._matrix(plate, self._areas))
+        plate_factor = self._cholesky.current
+        shown = self._kept_out(skin, rig, plate, plate_factor, keep_out)
         guarded = np.zeros(len(self.triangles), dtype=bool)
         stiffness = FOLD_GUARD_STIFFNESS * self.width_m ** 2
         for _ in range(self.fold_guard_rounds):
@@ -171,18 +175,32 @@ class SkinFilter:
             near = np.zeros(self.vertex_count, dtype=np.int64)
             near[np.unique(self._shown_bends.pair_vertices[bent])] = 1
             guarded |= near[self.triangles].sum(axis=1) >= 2
-            shown = self._kept_out(skin, rig, plate + stiffness * self._membrane(rig, guarded), keep_out)
+            smoothing = plate + stiffness * self._membrane(rig, guarded)
+            shown = self._kept_out(skin, rig, smoothing,
+                                   self._guarded_factor(plate_factor, smoothing, rig, guarded, stiffness), keep_out)
             stiffness *= FOLD_GUARD_ESCALATION
         guarded_vertices = np.zeros(self.vertex_count, dtype=bool)
         guarded_vertices[self.triangles[guarded].ravel()] = True
         return FilteredSkin(shown.skin, shown.pinned, shown.unfiltered, int(guarded_vertices.sum()))
 
-    def _kept_out(self, skin: np.ndarray, rig: np.ndarray, smoothing: sparse.csc_matrix,
+    def _guarded_factor(self, plate_factor, smoothing: sparse.csc_matrix, rig: np.ndarray, guarded: np.ndarray,
+                        stiffness: float):
+        """The factor of diag(areas) + `smoothing` (the plate and the guard's membrane): a copy of
+        the frame's plate factor updated by the membrane, a rank-3 term per guarded triangle, where
+        the back end can update (ICT: tens of triangles against a 56–72 ms factorisation), else
+        factorised."""
+        if not plate_factor.can_modify:
+            self._cholesky.factorise(self._matrix(smoothing, self._areas))
+            return self._cholesky.current
+        factor = plate_factor.copy()
+        factor.modify(self._membrane_columns(rig, guarded, stiffness))
+        return factor
+
+    def _kept_out(self, skin: np.ndarray, rig: np.ndarray, smoothing: sparse.csc_matrix, free,
                   keep_out: Optional[KeepOut]) -> FilteredSkin:
-        """The deviation smoothed with `smoothing` (the plate, and the guard's membrane), then
-        pushed and pinned out of the colliders (module docstring, 1–3)."""
-        self._cholesky.factorise(self._matrix(smoothing, self._areas))
-        free = self._cholesky.current      # the pushes reuse it; pinning changes it (then it is not used again)
+        """The deviation smoothed with `smoothing` (the plate, and the guard's membrane; `free` its
+        factor with the areas' weights), then pushed and pinned out of the colliders (module
+        docstring, 1–3)."""
         pinned_factor, in_factor = None, np.zeros(self.vertex_count, dtype=bool)
 
         def smooth(deviation, pinned=None):
@@ -233,6 +251,20 @@ class SkinFilter:
         """The cotangent Laplacian of the guarded triangles only, measured on `surface` (the rig
         frame), squashed triangles floored as in the plate."""
         return _cotangent_laplacian(surface, self.triangles[guarded], self._floored_areas(surface, guarded))
+
+    def _membrane_columns(self, surface: np.ndarray, guarded: np.ndarray, stiffness: float) -> sparse.csc_matrix:
+        """C with C Cᵀ = stiffness × `_membrane(surface, guarded)`: a triangle's part is the Gram
+        matrix of its edges e_i (opposite corner i) over 4 × area, so its three columns hold the
+        x, y and z components of e_i √(stiffness / (4 area)) in the rows of its corners."""
+        triangles = self.triangles[guarded]
+        corners = surface[triangles]                                              # (G, 3, 3)
+        opposite = np.roll(corners, -1, axis=1) - np.roll(corners, 1, axis=1)     # e_i = p_{i+1} − p_{i−1}
+        scale = np.sqrt(stiffness / (4.0 * self._floored_areas(surface, guarded)))
+        columns = 3 * np.arange(len(triangles))[:, None, None] + np.arange(3)
+        return sparse.csc_matrix(((opposite * scale[:, None, None]).ravel(),
+                                  (np.broadcast_to(triangles[:, :, None], opposite.shape).ravel(),
+                                   np.broadcast_to(columns, opposite.shape).ravel())),
+                                 shape=(self.vertex_count, 3 * len(triangles)))
 
     def _floored_areas(self, surface: np.ndarray, chosen=slice(None)) -> np.ndarray:
         """Areas of the `chosen` triangles on `surface`, each at least SQUASHED_AREA_FLOOR of its
