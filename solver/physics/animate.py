@@ -84,6 +84,17 @@ def overrides_from_maps(model, maps: Optional[MapsInput], settings: MapSettings 
                          paralysis=maps.paralysis, settings=settings, paralysed_muscles=maps.paralysed_muscles)
 
 
+def frame_records(frames: int) -> dict:
+    """RESULT.npz's per-frame arrays other than the skin, empty, for a bake to fill frame by frame
+    (this module's `animate` and volumetric_blendshapes/animate.py's player)."""
+    return {"converged": np.zeros(frames, dtype=bool), "newton_iterations": np.zeros(frames, dtype=np.int64),
+            "frame_seconds": np.zeros(frames), "skull_transforms": np.zeros((frames, 4, 4)),
+            "jaw_transforms": np.zeros((frames, 4, 4)), "penetration_depth_max": np.zeros(frames),
+            "contacts": np.zeros(frames, dtype=np.int64), "inverted_tets": np.zeros(frames, dtype=np.int64),
+            "smallest_volume_ratio": np.ones(frames), "filter_pinned": np.zeros(frames, dtype=np.int64),
+            "filter_guarded": np.zeros(frames, dtype=np.int64)}
+
+
 def animate(model, activations: ActivationInput, result_path, settings: SimulationSettings,
             maps: Optional[MapsInput] = None, map_settings: MapSettings = MapSettings(),
             progress: Callable[[dict], None] = lambda event: None,
@@ -110,12 +121,7 @@ def animate(model, activations: ActivationInput, result_path, settings: Simulati
     simulator = FaceSimulator(model, settings, overrides, collisions=collisions)
     frames = activations.frame_count
     skin_count = len(model["skin_vertices"])
-    records = {"converged": np.zeros(frames, dtype=bool), "newton_iterations": np.zeros(frames, dtype=np.int64),
-               "frame_seconds": np.zeros(frames), "skull_transforms": np.zeros((frames, 4, 4)),
-               "jaw_transforms": np.zeros((frames, 4, 4)), "penetration_depth_max": np.zeros(frames),
-               "contacts": np.zeros(frames, dtype=np.int64), "inverted_tets": np.zeros(frames, dtype=np.int64),
-               "smallest_volume_ratio": np.ones(frames), "filter_pinned": np.zeros(frames, dtype=np.int64),
-               "filter_guarded": np.zeros(frames, dtype=np.int64)}
+    records = frame_records(frames)
     filtering = skin_filter is not None and rig_offset is not None
     rest_skin = np.asarray(model["skin_vertices"], dtype=np.float64)
     cache_path = result_path.with_suffix(".pc2")

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..collisions.contacts import BonePose
 from ..pc2 import Pc2Writer
-from ..physics.animate import AnimationResult
+from ..physics.animate import AnimationResult, frame_records
 from ..physics.bones import jaw_transform
 from ..physics.contact_response import DEFAULT_CONTACT_TOLERANCE
 from ..physics.skin_filter import SkinFilter
@@ -131,11 +131,11 @@ class VolumetricBlendshapePlayer:
                 start, self.pose, self.head, PD_ITERATIONS, PD_TOLERANCE_M)
         return self.x, report
 
-    def displayed_skin(self, x, offset=None) -> tuple[np.ndarray, float]:
+    def displayed_skin(self, x, offset=None, measure: bool = True) -> tuple[np.ndarray, float]:
         """(the skin shown in the world for nodes x (N,3) of the last frame: embedded, plus the
         rest-frame `offset` (V,3), placed by that frame's head transform, then moved out of the
         colliders as the Phace path's display projection does; the deepest vertex still inside a
-        collider after it, m)."""
+        collider after it, m, or 0 when not `measure`d: the skin filter measures what it shows)."""
         rotation, translation = self.head[:3, :3], self.head[:3, 3]
         skin = self.skin_matrix @ x if offset is None else self.skin_matrix @ x + offset
         shown = skin @ rotation.T + translation
@@ -144,6 +144,8 @@ class VolumetricBlendshapePlayer:
         response = self.contact.response
         shown = shown + response.project_displayed(x @ rotation.T + translation, self.pose,
                                                    None if offset is None else offset @ rotation.T)
+        if not measure:
+            return shown, 0.0
         planes = response.collisions.detect(shown, self.pose)
         return shown, float(planes.depth.max(initial=0.0))
 
@@ -153,7 +155,7 @@ class VolumetricBlendshapePlayer:
         plain rig frame and kept out of the scene (module docstring)."""
         weights = np.asarray(weights, dtype=np.float64)
         offset = np.einsum("k,kvd->vd", weights, self.residuals) if detail else None
-        shown, depth = self.displayed_skin(x, offset)
+        shown, depth = self.displayed_skin(x, offset, measure=skin_filter is None)
         if skin_filter is None:
             return ShownSkin(shown, depth)
         rig = (self.rest_skin + np.einsum("k,kvd->vd", weights, self.skin_deltas)) @ self.head[:3, :3].T \
@@ -188,11 +190,10 @@ def play_volumetric_blendshapes(model, fit: dict, weights: np.ndarray, fps: floa
                                         np.asarray(fit["jaw"], np.float64), scene=scene)
     setup_seconds = time.perf_counter() - setup_started
     frames, skin_count = len(weights), len(model["skin_vertices"])
-    records = {"converged": np.zeros(frames, dtype=bool), "newton_iterations": np.zeros(frames, dtype=np.int64),
-               "frame_seconds": np.zeros(frames), "inverted_tets": np.zeros(frames, dtype=np.int64),
-               "smallest_volume_ratio": np.ones(frames), "penetration_depth_max": np.zeros(frames),
-               "contacts": np.zeros(frames, dtype=np.int64), "filter_pinned": np.zeros(frames, dtype=np.int64),
-               "filter_guarded": np.zeros(frames, dtype=np.int64)}
+    records = frame_records(frames)
+    records["skull_transforms"] = np.asarray(head_transforms, float)
+    records["jaw_transforms"] = np.stack([head @ jaw_transform(np.asarray(model["jaw_frame"]), w @ player.shape_jaw)
+                                          for head, w in zip(head_transforms, weights)])
     with contextlib.ExitStack() as closing:
         # The skin goes to disk frame by frame, as the Phace path's (physics/skin_store.py).
         store = closing.enter_context(SkinStore(result_path.with_name(f".{result_path.stem}.skin.npy"), frames,
@@ -222,10 +223,7 @@ def play_volumetric_blendshapes(model, fit: dict, weights: np.ndarray, fps: floa
                       **({} if player.scene is None else {"contacts": int(values["contacts"]),
                                                           "penetration_depth_max_mm": round(1e3 * shown.depth_m, 4)}),
                       **({} if report.converged else {"reason": _unconverged_reason(player, report)})})
-        jaw_world = np.stack([head @ jaw_transform(np.asarray(model["jaw_frame"]), w @ player.shape_jaw)
-                              for head, w in zip(head_transforms, weights)])
         result = AnimationResult(skin_positions=StoredArray(result_path, "skin_positions", store.shape), fps=float(fps),
-                                 skull_transforms=np.asarray(head_transforms, float), jaw_transforms=jaw_world,
                                  **records)
         result.write_streaming_skin(result_path, store)
     store.path.unlink()
