@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+from numba import njit
 
 from .mesh_ops import as_triangle_mesh, triangle_normals_areas
 
@@ -53,12 +54,7 @@ class _TrianglePairs:
     def angles(self, positions: np.ndarray) -> np.ndarray:
         """(P,) radians: the angle between the normals of each pair's two triangles (a
         degenerate triangle's normal counts as zero)."""
-        corners = np.asarray(positions, dtype=np.float64)[self.triangles]
-        normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
-        lengths = np.linalg.norm(normals, axis=1, keepdims=True)
-        normals = normals / np.where(lengths > 0.0, lengths, 1.0)
-        first, second = normals[self.pairs[:, 0]], normals[self.pairs[:, 1]]
-        return np.arctan2(np.linalg.norm(np.cross(first, second), axis=1), np.einsum("ij,ij->i", first, second))
+        return _pair_angles(np.ascontiguousarray(positions, dtype=np.float64), self.triangles, self.pairs)
 
     def excess(self, positions: np.ndarray, reference: np.ndarray) -> np.ndarray:
         """(P,) degrees each pair bends beyond the reference's bend (negative: flatter)."""
@@ -104,6 +100,29 @@ the vertex pairs of the `pairs`: an edge's bend is its pair's angle."""
                          degrees: float = CREASE_DEGREES) -> np.ndarray:
         """Vertex indices on the edges bent more than `degrees` beyond the reference."""
         return np.unique(self.edges[self.excess(positions, reference) > degrees])
+
+
+@njit(cache=True)
+def _pair_angles(positions: np.ndarray, triangles: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """angles() compiled: the skin filter's fold guard measures ~56k pairs a round (ICT), which
+    took 16 ms in numpy against well under one here."""
+    normals = np.zeros((len(triangles), 3))
+    u, v, n = np.empty(3), np.empty(3), np.empty(3)
+    for t in range(len(triangles)):
+        for k in range(3):
+            u[k] = positions[triangles[t, 1], k] - positions[triangles[t, 0], k]
+            v[k] = positions[triangles[t, 2], k] - positions[triangles[t, 0], k]
+        n[0], n[1], n[2] = u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0]
+        length = np.sqrt(n[0] * n[0] + n[1] * n[1] + n[2] * n[2])
+        if length > 0.0:
+            for k in range(3):
+                normals[t, k] = n[k] / length
+    angles = np.empty(len(pairs))
+    for p in range(len(pairs)):
+        f, s = normals[pairs[p, 0]], normals[pairs[p, 1]]
+        c0, c1, c2 = f[1] * s[2] - f[2] * s[1], f[2] * s[0] - f[0] * s[2], f[0] * s[1] - f[1] * s[0]
+        angles[p] = np.arctan2(np.sqrt(c0 * c0 + c1 * c1 + c2 * c2), f[0] * s[0] + f[1] * s[1] + f[2] * s[2])
+    return angles
 
 
 def _interior_edges(triangles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

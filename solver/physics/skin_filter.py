@@ -168,8 +168,9 @@ class SkinFilter:
         shown = self._kept_out(skin, rig, plate, plate_factor, keep_out)
         guarded = np.zeros(len(self.triangles), dtype=bool)
         stiffness = FOLD_GUARD_STIFFNESS * self.width_m ** 2
+        rig_bends = self._shown_bends.angles(rig) if self.fold_guard_rounds else None
         for _ in range(self.fold_guard_rounds):
-            bent = self._shown_bends.excess(shown.skin, rig) > FOLD_GUARD_DEGREES
+            bent = np.degrees(self._shown_bends.angles(shown.skin) - rig_bends) > FOLD_GUARD_DEGREES
             if not bent.any():
                 break
             near = np.zeros(self.vertex_count, dtype=np.int64)
