@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from surface_sheets import grid_sheet, slot_wall
 
-from solver.geometry.bends import SkinBends
-from solver.physics.skin_filter import WIDTH_PER_MOUTH_SPACING, SkinFilter, default_width
+from solver.geometry.bends import AnySplitBends, SkinBends
+from solver.physics.skin_filter import (FOLD_GUARD_DEGREES, FOLD_GUARD_ROUNDS, WIDTH_PER_MOUTH_SPACING, SkinFilter,
+                                       default_width)
 
 SPACING = 0.001          # 1 mm skin triangles, as at ICT's lips
 
@@ -134,3 +135,27 @@ def test_the_fold_guard_holds_a_fold_the_plate_passes_flat(sheet):
     # away from the fold (the sheet's rim in y) the shown skin is the plate's
     rim = np.abs(y - 0.02) > 0.017
     assert np.abs(guarded.skin[rim] - plate.skin[rim]).max() < 0.3e-3
+
+
+
+def test_the_fold_guard_keeps_its_least_bent_round(sheet):
+    """A 7 mm compression step folds the sheet, and a one-vertex slot wall pins skin inside the
+    patch the guard holds. Escalated, the membrane carries the pinned vertices' deviation over its
+    whole patch and turns it at the patch's edge, so a later round can bend more than an earlier
+    one (as at ICT's mouth corners with the lips closed over an open jaw). The guard shows its
+    least-bent round: more rounds never show a more bent skin, and the wall still holds."""
+    vertices, triangles, _ = sheet
+    x, y = vertices[:, 0], vertices[:, 1]
+    simulated = vertices.copy()
+    simulated[:, 0] -= 0.0068 * np.tanh((x - 0.0252) / 0.0019) * np.exp(-((y - 0.0192) / 0.0192) ** 2)
+    _, keep_out = slot_wall(vertices, x=0.027, height=0.0022)
+    shown_pairs = AnySplitBends(triangles, len(vertices))
+    overshoots = []                     # degrees beyond the guard's threshold, summed over the pairs
+    for rounds in range(FOLD_GUARD_ROUNDS + 1):
+        result = SkinFilter(vertices, triangles, width_m=0.004, fold_guard_rounds=rounds).apply(
+            simulated, vertices, keep_out)
+        assert not keep_out(result.skin)[0].any()
+        overshoots.append(np.maximum(shown_pairs.excess(result.skin, vertices) - FOLD_GUARD_DEGREES, 0.0).sum())
+    assert overshoots[0] > 100.0                        # the plate alone folds the step
+    assert all(later <= earlier for earlier, later in zip(overshoots, overshoots[1:]))
+    assert overshoots[-1] < 0.05 * overshoots[0]
