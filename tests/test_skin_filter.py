@@ -159,3 +159,25 @@ def test_the_fold_guard_keeps_its_least_bent_round(sheet):
     assert overshoots[0] > 100.0                        # the plate alone folds the step
     assert all(later <= earlier for earlier, later in zip(overshoots, overshoots[1:]))
     assert overshoots[-1] < 0.05 * overshoots[0]
+
+
+def test_the_plate_is_assembled_as_the_sparse_products_give_it():
+    """The compiled plate (plate_assembly.py) against τ² L M⁻¹ L from SciPy's products, on a
+    jittered sheet with obtuse triangles and squashed ones floored at their share of the rest area."""
+    import scipy.sparse as sparse
+    from solver.physics.plate_assembly import lumped_areas
+    from solver.physics.skin_filter import _cotangent_laplacian
+    vertices, triangles = _sheet(9)
+    rng = np.random.default_rng(3)
+    skin_filter = SkinFilter(vertices, triangles, width_m=0.004)
+    surface = vertices + rng.normal(0.0, 0.4 * SPACING, vertices.shape)
+    surface[40:43, 0] = surface[40, 0]                       # squash a few triangles to slivers
+    areas = skin_filter._floored_areas(surface)
+    laplacian = _cotangent_laplacian(surface, triangles, areas)
+    expected = skin_filter._tau ** 2 * (laplacian @ sparse.diags(1.0 / lumped_areas(areas, triangles, len(vertices)))
+                                        @ laplacian)
+    plate = skin_filter._plate(surface)
+    assert np.abs(plate.toarray() - expected.toarray()).max() <= 1e-12 * np.abs(expected.toarray()).max()
+    weights = rng.uniform(1.0, 2.0, len(vertices))
+    assert np.allclose(skin_filter._matrix(plate, weights).toarray(), np.diag(weights) + expected.toarray(),
+                       rtol=0.0, atol=1e-12 * np.abs(expected.toarray()).max())

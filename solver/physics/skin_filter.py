@@ -87,6 +87,7 @@ from ..collisions.contacts import BonePose
 from ..geometry import triangle_normals_areas
 from ..geometry.bends import AnySplitBends
 from .cholesky import SparseCholesky
+from .plate_assembly import PlateAssembly, lumped_areas
 
 # The kernel's width as a share of the tet spacing at the mouth (the finest in the model): a
 # tet-face kink is smoothed over about one tet. ICT (5.1 mm between the lips): 3.1 mm.
@@ -138,7 +139,7 @@ class SkinFilter:
         self.vertex_count = len(rest_skin)
         self._tau = 0.5 * self.width_m ** 2
         self._rest_triangle_areas = triangle_normals_areas(rest_skin, self.triangles)[1]
-        self._areas = _lumped(self._rest_triangle_areas, self.triangles, self.vertex_count)
+        self._areas = lumped_areas(self._rest_triangle_areas, self.triangles, self.vertex_count)
         # The pattern of M + L M⁻¹ L from the mesh alone (vertices two edges apart), so a value
         # that happens to vanish (a right angle's cotangent) never changes it.
         neighbours = sparse.csr_matrix((np.ones(3 * len(self.triangles) * 2),
@@ -149,6 +150,7 @@ class SkinFilter:
         self._pattern = (neighbours @ neighbours).tocsc()
         self._pattern.sort_indices()
         self._pattern_keys = _keys(self._pattern.tocoo())
+        self._plate_assembly = PlateAssembly(self.triangles, self.vertex_count, self._pattern)
         # The fold guard looks at the faces as shown: each quad split either way (geometry/bends.py).
         self._shown_bends = AnySplitBends(self.triangles if faces is None else faces, self.vertex_count)
         self._cholesky = SparseCholesky(self._matrix(self._plate(rest_skin), self._areas))
@@ -290,19 +292,23 @@ class SkinFilter:
 
     def _plate(self, surface: np.ndarray) -> sparse.csc_matrix:
         """τ² L M⁻¹ L measured on `surface` (the rest skin or a rig frame), squashed triangles
-        floored at SQUASHED_AREA_FLOOR of their rest area."""
-        areas = self._floored_areas(surface)
-        laplacian = _cotangent_laplacian(surface, self.triangles, areas)
-        lumped = _lumped(areas, self.triangles, self.vertex_count)
-        return (self._tau ** 2 * (laplacian @ sparse.diags(1.0 / lumped) @ laplacian)).tocsc()
+        floored at SQUASHED_AREA_FLOOR of their rest area, on the fixed pattern (plate_assembly.py)."""
+        values = self._plate_assembly.values(surface, SQUASHED_AREA_FLOOR * self._rest_triangle_areas, self._tau)
+        return sparse.csc_matrix((values, self._pattern.indices, self._pattern.indptr), shape=self._pattern.shape)
 
-    def _matrix(self, plate: sparse.csc_matrix, weights: np.ndarray) -> sparse.csc_matrix:
-        """diag(weights) + plate, its values written into the fixed pattern."""
-        values = (sparse.diags(weights, format="csc") + plate).tocoo()
-        matrix = self._pattern.copy()
-        matrix.data = np.zeros(len(matrix.data))
-        matrix.data[np.searchsorted(self._pattern_keys, _keys(values))] = values.data
-        return matrix
+    def _matrix(self, smoothing: sparse.csc_matrix, weights: np.ndarray) -> sparse.csc_matrix:
+        """diag(weights) + `smoothing` (the plate, or the plate and the guard's membrane) with its
+        values written into the fixed pattern."""
+        if smoothing.nnz == self._pattern.nnz:
+            # Whatever is smoothed with lies within the pattern, so as many entries (in canonical,
+            # sorted order) are the pattern's own: the plate, or the plate and a membrane.
+            data = smoothing.data.copy()
+        else:
+            values = smoothing.tocoo()
+            data = np.zeros(self._pattern.nnz)
+            data[np.searchsorted(self._pattern_keys, _keys(values))] = values.data
+        data[self._plate_assembly.diagonal_places] += weights
+        return sparse.csc_matrix((data, self._pattern.indices, self._pattern.indptr), shape=self._pattern.shape)
 
     def apply_in_scene(self, skin: np.ndarray, rig: np.ndarray, collisions, pose: BonePose,
                        tolerance: float) -> FilteredSkin:
@@ -343,15 +349,6 @@ def default_width(model: dict) -> float:
 def _keys(coo: sparse.coo_matrix) -> np.ndarray:
     """Column-major keys of a matrix's entries: sorted for a canonical CSC pattern."""
     return coo.col.astype(np.int64) * coo.shape[0] + coo.row.astype(np.int64)
-
-
-def _lumped(triangle_areas: np.ndarray, triangles: np.ndarray, count: int) -> np.ndarray:
-    """(V,) a third of each triangle's area to each corner; a vertex on no triangle gets a tiny
-    area, so it simply keeps its deviation."""
-    areas = np.zeros(count)
-    for corner in range(3):
-        np.add.at(areas, triangles[:, corner], triangle_areas / 3.0)
-    return np.where(areas > 0.0, areas, max(areas.max(initial=0.0), 1e-12) * 1e-6)
 
 
 def _cotangent_laplacian(vertices: np.ndarray, triangles: np.ndarray, triangle_areas: np.ndarray) -> sparse.csr_matrix:
