@@ -161,23 +161,43 @@ def test_the_fold_guard_keeps_its_least_bent_round(sheet):
     assert overshoots[-1] < 0.05 * overshoots[0]
 
 
-def test_the_plate_is_assembled_as_the_sparse_products_give_it():
-    """The compiled plate (plate_assembly.py) against τ² L M⁻¹ L from SciPy's products, on a
-    jittered sheet with obtuse triangles and squashed ones floored at their share of the rest area."""
+def _reference_laplacian(vertices, triangles, areas):
+    """The cotangent Laplacian from triplets: ½ cot of each corner's angle (with the given area)
+    on the opposite edge, zero row sums."""
+    import scipy.sparse as sparse
+    rows, columns, values = [], [], []
+    for a, b, c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+        u = vertices[triangles[:, a]] - vertices[triangles[:, c]]
+        v = vertices[triangles[:, b]] - vertices[triangles[:, c]]
+        half_cotangent = 0.5 * np.einsum("ij,ij->i", u, v) / (2.0 * areas)
+        rows += [triangles[:, a], triangles[:, b]]
+        columns += [triangles[:, b], triangles[:, a]]
+        values += [half_cotangent, half_cotangent]
+    weights = sparse.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
+                                shape=(len(vertices), len(vertices)))
+    return sparse.diags(np.asarray(weights.sum(axis=1)).ravel()) - weights
+
+
+def test_the_plate_and_membrane_are_assembled_as_sparse_products_give_them():
+    """The compiled plate and membrane (plate_assembly.py) against τ² L M⁻¹ L and L from
+    triplets and SciPy's products, on a jittered sheet with obtuse triangles and squashed ones
+    floored at their share of the rest area."""
     import scipy.sparse as sparse
     from solver.physics.plate_assembly import lumped_areas
-    from solver.physics.skin_filter import _cotangent_laplacian
     vertices, triangles = _sheet(9)
     rng = np.random.default_rng(3)
     skin_filter = SkinFilter(vertices, triangles, width_m=0.004)
     surface = vertices + rng.normal(0.0, 0.4 * SPACING, vertices.shape)
     surface[40:43, 0] = surface[40, 0]                       # squash a few triangles to slivers
     areas = skin_filter._floored_areas(surface)
-    laplacian = _cotangent_laplacian(surface, triangles, areas)
-    expected = skin_filter._tau ** 2 * (laplacian @ sparse.diags(1.0 / lumped_areas(areas, triangles, len(vertices)))
-                                        @ laplacian)
+    laplacian = _reference_laplacian(surface, triangles, areas)
+    expected = (skin_filter._tau ** 2 * (laplacian @ sparse.diags(1.0 / lumped_areas(areas, triangles, len(vertices)))
+                                         @ laplacian)).toarray()
+    scale = np.abs(expected).max()
     plate = skin_filter._plate(surface)
-    assert np.abs(plate.toarray() - expected.toarray()).max() <= 1e-12 * np.abs(expected.toarray()).max()
+    assert np.abs(plate.toarray() - expected).max() <= 1e-12 * scale
     weights = rng.uniform(1.0, 2.0, len(vertices))
-    assert np.allclose(skin_filter._matrix(plate, weights).toarray(), np.diag(weights) + expected.toarray(),
-                       rtol=0.0, atol=1e-12 * np.abs(expected.toarray()).max())
+    assert np.abs(skin_filter._matrix(plate, weights).toarray() - (np.diag(weights) + expected)).max() <= 1e-12 * scale
+    guarded = rng.random(len(triangles)) < 0.2
+    membrane = _reference_laplacian(surface, triangles[guarded], areas[guarded]).toarray()
+    assert np.abs(skin_filter._membrane(surface, guarded).toarray() - membrane).max() <= 1e-12 * np.abs(membrane).max()

@@ -43,14 +43,25 @@ class PlateAssembly:
     def values(self, surface: np.ndarray, minimum_areas: np.ndarray, tau: float) -> np.ndarray:
         """(nnz,) τ² L M⁻¹ L on `surface`, each triangle's area taken at least `minimum_areas`
         (skin_filter.py's floor for squashed triangles), in the pattern's order."""
-        surface = np.ascontiguousarray(surface, dtype=np.float64)
-        areas = np.empty(len(self.triangles))
-        _laplacian_values(surface, self.triangles, np.ascontiguousarray(minimum_areas, dtype=np.float64),
-                          self._edge_places, self._laplacian, areas)
+        areas = self._fill_laplacian(surface, minimum_areas, np.ones(len(self.triangles), dtype=np.bool_))
         lumped = lumped_areas(areas, self.triangles, self.vertex_count)
         out = np.zeros(self.value_count)
         _product_values(self._ring_start, self._laplacian, lumped, self._product_places, tau * tau, out)
         return out
+
+    def laplacian(self, surface: np.ndarray, minimum_areas: np.ndarray, chosen: np.ndarray) -> sparse.csr_matrix:
+        """The cotangent Laplacian of the `chosen` triangles alone ((T,) bool; the fold guard's
+        membrane), areas floored as in `values`."""
+        self._fill_laplacian(surface, minimum_areas, np.asarray(chosen, dtype=np.bool_))
+        return sparse.csr_matrix((self._laplacian.copy(), self._ring_columns, self._ring_start),
+                                 shape=(self.vertex_count, self.vertex_count))
+
+    def _fill_laplacian(self, surface, minimum_areas, chosen) -> np.ndarray:
+        areas = np.zeros(len(self.triangles))
+        _laplacian_values(np.ascontiguousarray(surface, dtype=np.float64), self.triangles,
+                          np.ascontiguousarray(minimum_areas, dtype=np.float64), chosen, self._edge_places,
+                          self._laplacian, areas)
+        return areas
 
 
 def lumped_areas(triangle_areas: np.ndarray, triangles: np.ndarray, count: int) -> np.ndarray:
@@ -118,14 +129,18 @@ def _product_places(ring_start, ring_columns, pattern_start, pattern_rows):
 
 
 @njit(cache=True)
-def _laplacian_values(vertices, triangles, minimum_areas, edge_places, out, areas):
-    """The cotangent Laplacian's values on the one-ring pattern into `out`, and each triangle's
-    area (at least its minimum) into `areas`: the edge opposite each corner gets ½ cot of that
-    corner's angle, cot = (u · v) / (2 area)."""
+def _laplacian_values(vertices, triangles, minimum_areas, chosen, edge_places, out, areas):
+    """The cotangent Laplacian of the `chosen` triangles on the one-ring pattern into `out`, and
+    their areas (each at least its minimum) into `areas`: the edge opposite each corner gets ½ cot
+    of that corner's angle, cot = (u · v) / (2 area). Each triangle's part is the Gram matrix of
+    its edges over 4 × area, so a floored area keeps it positive semi-definite; negative
+    cotangents (obtuse angles) are kept."""
     out[:] = 0.0
     u = np.empty(3)
     v = np.empty(3)
     for t in range(len(triangles)):
+        if not chosen[t]:
+            continue
         for k in range(3):
             u[k] = vertices[triangles[t, 1], k] - vertices[triangles[t, 0], k]
             v[k] = vertices[triangles[t, 2], k] - vertices[triangles[t, 0], k]

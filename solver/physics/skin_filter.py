@@ -268,7 +268,7 @@ class SkinFilter:
     def _membrane(self, surface: np.ndarray, guarded: np.ndarray) -> sparse.csr_matrix:
         """The cotangent Laplacian of the guarded triangles only, measured on `surface` (the rig
         frame), squashed triangles floored as in the plate."""
-        return _cotangent_laplacian(surface, self.triangles[guarded], self._floored_areas(surface, guarded))
+        return self._plate_assembly.laplacian(surface, SQUASHED_AREA_FLOOR * self._rest_triangle_areas, guarded)
 
     def _membrane_columns(self, surface: np.ndarray, guarded: np.ndarray, stiffness: float) -> sparse.csc_matrix:
         """C with C Cᵀ = stiffness × `_membrane(surface, guarded)`: a triangle's part is the Gram
@@ -349,22 +349,3 @@ def default_width(model: dict) -> float:
 def _keys(coo: sparse.coo_matrix) -> np.ndarray:
     """Column-major keys of a matrix's entries: sorted for a canonical CSC pattern."""
     return coo.col.astype(np.int64) * coo.shape[0] + coo.row.astype(np.int64)
-
-
-def _cotangent_laplacian(vertices: np.ndarray, triangles: np.ndarray, triangle_areas: np.ndarray) -> sparse.csr_matrix:
-    """(V,V) the cotangent Laplacian (P1 stiffness), positive semi-definite with zero row sums,
-    each triangle's cotangents taken with the given area: cot = (u · v) / (2 area). Each
-    triangle's part is a Gram matrix of its edges over 4 × area, so a floored area keeps it
-    semi-definite; negative cotangents (obtuse angles) are kept."""
-    count = len(vertices)
-    rows, columns, values = [], [], []
-    for a, b, c in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
-        u = vertices[triangles[:, a]] - vertices[triangles[:, c]]
-        v = vertices[triangles[:, b]] - vertices[triangles[:, c]]
-        cotangent = np.einsum("ij,ij->i", u, v) / np.maximum(2.0 * triangle_areas, 1e-30)
-        rows += [triangles[:, a], triangles[:, b]]
-        columns += [triangles[:, b], triangles[:, a]]
-        values += [0.5 * cotangent, 0.5 * cotangent]
-    weights = sparse.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
-                                shape=(count, count))
-    return (sparse.diags(np.asarray(weights.sum(axis=1)).ravel()) - weights).tocsr()
