@@ -267,7 +267,7 @@ def main():
                         help="without issue 41's forward shortcuts (they act only without collisions)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--curve", type=Path, help="PNG of creases, folds and seconds over the frames")
-    parser.add_argument("--pictures", type=Path, help="folder for mouth close-ups of the worst frames")
+    parser.add_argument("--pictures", type=Path, help="folder for mouth and mouth-corner close-ups of the worst frames")
     parser.add_argument("--worst", type=int, default=3)
     parser.add_argument("--picture-frames", default="",
                         help="draw these frames instead of the worst: CLIP:FRAME,… (clip numbers from 0)")
@@ -373,7 +373,8 @@ def main():
         from solver.pictures.quality_curve import picture_quality_curve
         print(f"wrote {picture_quality_curve(report, args.curve, CREASE_BUDGET * len(judge.bends))}")
     if args.pictures:
-        from solver.pictures.contact_frames import picture_contact_frames
+        from solver.pictures.contact_frames import mouth_corner_sheet, picture_contact_frames
+        from solver.pictures.raster import save_png
         args.pictures.mkdir(parents=True, exist_ok=True)
         scene = CollisionScene(model, teeth=True, lips=True)
         for rank, (folded, creased, label, frame, skin, plain, pose) in enumerate(worst):
@@ -381,6 +382,8 @@ def main():
             title = (f"{label}, frame {frame}: {creased} creased, {folded} folded edges; skin filter "
                      f"{'off' if args.no_skin_filter else 'on'} ({report['commit']})")
             print(f"wrote {picture_contact_frames(model, scene, plain, skin, pose, args.pictures / name, title)}")
+            corners = args.pictures / name.replace(".png", "_corners.png")
+            print(f"wrote {save_png(mouth_corner_sheet(model, plain, skin, title), corners)}")
 
 
 if __name__ == "__main__":

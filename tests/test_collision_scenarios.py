@@ -128,6 +128,21 @@ def test_the_before_after_picture(lip_run, demo_15k, tmp_path):
     assert path.is_file() and path.stat().st_size > 10_000
 
 
+def test_the_mouth_corner_picture(lip_run, demo_15k):
+    """Both corners close up, plain and shown side by side: four views centred on the corner,
+    skin in the middle of each."""
+    from solver.pictures.contact_frames import mouth_corner_sheet
+    run = lip_run["run"]
+    frame = int(np.argmax([f.plain_count for f in run.frames]))
+    image = mouth_corner_sheet(demo_15k, run.plain[frame], run.simulated[frame], "corners")
+    assert image.ndim == 3 and image.shape[1] >= 4 * 360 and image.shape[0] > 360
+    panel_width = image.shape[1] // 4
+    middle = image[image.shape[0] // 2 + 20]
+    for panel in range(4):
+        centre = middle[panel * panel_width + panel_width // 2].astype(int)
+        assert centre.sum() > 150 and abs(int(centre[0]) - int(centre[2])) > 20, "the skin fills the view's centre"
+
+
 def test_the_contact_region_picture(lip_run, demo_15k):
     """contact_frames.contact_region_sheet on the region around the plain frame's penetrating
     vertices (the rest face drawn): relaxed tets and the held ring both show, in both views."""

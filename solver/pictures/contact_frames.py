@@ -13,6 +13,9 @@ the subject's left — which shows the lips in section in front of the teeth pro
 proxies' labial projection regions (where a penetrating lip may be pushed) are drawn green,
 the rest of the proxies ivory.
 
+``mouth_corner_sheet``: each mouth corner close up, plain and shown side by side, where a
+skin's lips meet in details finer than the whole-mouth view shows (a wedge, a notch).
+
 ``contact_region_sheet``: where a contact round relaxes the tissue before its whole-mesh
 steps (solver/physics/contact_region.py): the same two views, the skin carried by the relaxed
 tets and by the held ring around them coloured, and in section the region's tets themselves.
@@ -41,6 +44,7 @@ PANEL_SIZE = 440               # pixels per view
 _CLOSE_UP_MOUTH_WIDTHS = 1.7   # the front close-up spans this many mouth widths across
 _SECTION_MOUTH_WIDTHS = 1.5    # the section spans this many mouth widths up and down
 _ROW_GAP = 18
+_CORNER_MOUTH_WIDTHS = 0.35    # a corner close-up spans this many mouth widths across
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,6 +116,29 @@ def contact_frame_sheet(model: dict, scene, plain_skin: np.ndarray, simulated_sk
     image = add_title(image, title or "Lip contact: plain blendshapes (top) and simulated with collisions (bottom)")
     return ContactFrameSheet(image=image, plain_penetrating=plain_hits, plain_depth_m=plain_depth,
                              simulated_penetrating=simulated_hits, simulated_depth_m=simulated_depth)
+
+
+def mouth_corner_sheet(model: dict, plain_skin: np.ndarray, shown_skin: np.ndarray, title: Optional[str] = None,
+                       labels: tuple = ("plain", "shown")) -> np.ndarray:
+    """One row: the subject's right corner plain and shown, then the left one, from the front,
+    each view _CORNER_MOUTH_WIDTHS mouth widths across and centred on the skin vertex nearest
+    the corner's landmark where that skin has it (the view follows the corner)."""
+    marks = model_landmarks(model)
+    if not all(name in marks for name in ("mouth_corner_L", "mouth_corner_R")):
+        raise ValueError("the model has no mouth-corner landmarks to centre the corner views on")
+    rest = np.asarray(model["skin_vertices"], dtype=np.float64)
+    width = float(np.linalg.norm(marks["mouth_corner_L"] - marks["mouth_corner_R"]))
+    axes = HeadAxes.of(model)
+    triangles = np.asarray(model["skin_triangles"])
+    images, captions = [], []
+    for side in ("R", "L"):
+        corner = int(np.argmin(np.linalg.norm(rest - marks[f"mouth_corner_{side}"], axis=1)))
+        for label, skin in zip(labels, (plain_skin, shown_skin)):
+            skin = np.asarray(skin, dtype=np.float64)
+            camera = Camera.front(skin[corner], _CORNER_MOUTH_WIDTHS * width, axes.up, axes.forward, 360, 360)
+            images.append(render_meshes(camera, [MeshLayer(skin, triangles, SKIN_COLOUR)]))
+            captions.append(f"{side} corner, {label}")
+    return add_title(side_by_side(images, captions), title or "Mouth corners, plain and shown")
 
 
 def contact_region_sheet(model: dict, scene, node_positions: np.ndarray, skin: np.ndarray, pose, region,
