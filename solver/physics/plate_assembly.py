@@ -19,10 +19,11 @@ from numba import njit
 
 
 class PlateAssembly:
-    """The plate's values in the order of `pattern` (a sorted CSC matrix holding, at least, every
-    vertex pair two edges apart) for a triangle mesh of `vertex_count` vertices."""
+    """The plate's values in the order of `pattern`, the sorted CSC pattern of every vertex pair
+    at most two edges apart on a triangle mesh of `vertex_count` vertices — taken from the mesh
+    alone, so a value that happens to vanish (a right angle's cotangent) never changes it."""
 
-    def __init__(self, triangles: np.ndarray, vertex_count: int, pattern: sparse.csc_matrix):
+    def __init__(self, triangles: np.ndarray, vertex_count: int):
         triangles = np.ascontiguousarray(triangles, dtype=np.int64)
         self.triangles = triangles
         self.vertex_count = int(vertex_count)
@@ -30,6 +31,9 @@ class PlateAssembly:
                                   (triangles[:, [0, 1, 2, 1, 2, 0]].ravel(), triangles[:, [1, 2, 0, 0, 1, 2]].ravel())),
                                  shape=(vertex_count, vertex_count)) + sparse.identity(vertex_count, format="csr")
         ring.sort_indices()
+        pattern = (ring @ ring).tocsc()
+        pattern.sort_indices()
+        self.pattern = pattern
         self._ring_start = np.ascontiguousarray(ring.indptr, dtype=np.int64)
         self._ring_columns = np.ascontiguousarray(ring.indices, dtype=np.int64)
         self._laplacian = np.zeros(len(self._ring_columns))

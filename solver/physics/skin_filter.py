@@ -140,17 +140,10 @@ class SkinFilter:
         self._tau = 0.5 * self.width_m ** 2
         self._rest_triangle_areas = triangle_normals_areas(rest_skin, self.triangles)[1]
         self._areas = lumped_areas(self._rest_triangle_areas, self.triangles, self.vertex_count)
-        # The pattern of M + L M⁻¹ L from the mesh alone (vertices two edges apart), so a value
-        # that happens to vanish (a right angle's cotangent) never changes it.
-        neighbours = sparse.csr_matrix((np.ones(3 * len(self.triangles) * 2),
-                                        (self.triangles[:, [0, 1, 2, 1, 2, 0]].ravel(),
-                                         self.triangles[:, [1, 2, 0, 0, 1, 2]].ravel())),
-                                       shape=(self.vertex_count, self.vertex_count))
-        neighbours = neighbours + sparse.identity(self.vertex_count, format="csr")
-        self._pattern = (neighbours @ neighbours).tocsc()
-        self._pattern.sort_indices()
+        # The pattern of M + L M⁻¹ L (vertices two edges apart) and the plate's places in it.
+        self._plate_assembly = PlateAssembly(self.triangles, self.vertex_count)
+        self._pattern = self._plate_assembly.pattern
         self._pattern_keys = _keys(self._pattern.tocoo())
-        self._plate_assembly = PlateAssembly(self.triangles, self.vertex_count, self._pattern)
         # The fold guard looks at the faces as shown: each quad split either way (geometry/bends.py).
         self._shown_bends = AnySplitBends(self.triangles if faces is None else faces, self.vertex_count)
         self._cholesky = SparseCholesky(self._matrix(self._plate(rest_skin), self._areas))
