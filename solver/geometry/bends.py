@@ -104,8 +104,8 @@ the vertex pairs of the `pairs`: an edge's bend is its pair's angle."""
 
 @njit(cache=True)
 def _pair_angles(positions: np.ndarray, triangles: np.ndarray, pairs: np.ndarray) -> np.ndarray:
-    """angles() compiled: the skin filter's fold guard measures ~56k pairs a round (ICT), which
-    took 16 ms in numpy against well under one here."""
+    """angles() compiled: the skin filter's fold guard measures 140,232 pairs a round on ICT's
+    faces (each quad split both ways), 21 ms in numpy against 4.3 ms here."""
     normals = np.zeros((len(triangles), 3))
     u, v, n = np.empty(3), np.empty(3), np.empty(3)
     for t in range(len(triangles)):
